@@ -1,0 +1,30 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "PermissionAudit",
+    products: [
+        .library(name: "Postgres", targets: ["Postgres"]),
+        .library(name: "PermissionEvents", targets: ["PermissionEvents"]),
+        .library(name: "EventLog", targets: ["EventLog"]),
+        .executable(name: "permaudit", targets: ["permaudit"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .target(name: "PermissionEvents"),
+        .target(
+            name: "EventLog",
+            dependencies: ["Postgres", "PermissionEvents"]
+        ),
+        .executableTarget(name: "permaudit", dependencies: ["EventLog", "PermissionEvents", "Postgres"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EventLog"]),
+        .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents"]),
+        .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

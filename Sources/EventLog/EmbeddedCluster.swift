@@ -1,0 +1,250 @@
+import Foundation
+
+/// A private PostgreSQL cluster under `$PERMAUDIT_HOME` (default `./.permaudit`), created and
+/// started on first use from the installed PostgreSQL binaries, listening on a Unix socket only.
+/// As root, the server runs as the unprivileged `postgres` user (PostgreSQL refuses root).
+public struct EmbeddedCluster: Sendable {
+    public let home: URL
+    public var dataDirectory: URL { home.appendingPathComponent("pgdata") }
+    public var socketDirectory: URL { home.appendingPathComponent("run") }
+    public var logFile: URL { home.appendingPathComponent("postgres.log") }
+    public static let databaseName = "permaudit"
+    public static let superuser = "permaudit"
+    public static let serverUser = "postgres"
+
+    public init(home: URL) { self.home = home.standardizedFileURL }
+
+    /// `$PERMAUDIT_HOME`, else `./.permaudit`.
+    public static func fromEnvironment() -> EmbeddedCluster {
+        let path = ProcessInfo.processInfo.environment["PERMAUDIT_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? ".permaudit"
+        let url = URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
+        return EmbeddedCluster(home: url.absoluteURL)
+    }
+
+    /// The libpq URL of the cluster's database (a Unix socket, no TCP).
+    public var url: String {
+        let host = socketDirectory.path.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? socketDirectory.path
+        return "postgresql:///\(Self.databaseName)?host=\(host)&user=\(Self.superuser)"
+    }
+
+    /// The URL of another database in the same cluster.
+    public func url(database: String) -> String {
+        url.replacingOccurrences(of: "postgresql:///\(Self.databaseName)?", with: "postgresql:///\(database)?")
+    }
+
+    public enum Status: Equatable, Sendable {
+        case notCreated, stopped, running(pid: Int)
+    }
+
+    public func status() throws -> Status {
+        guard FileManager.default.fileExists(atPath: dataDirectory.appendingPathComponent("PG_VERSION").path) else {
+            return .notCreated
+        }
+        let result = try pgctl(["status", "-D", dataDirectory.path])
+        if result.status == 0 {
+            let pidFile = (try? String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8)) ?? ""
+            return .running(pid: Int(pidFile.split(separator: "\n").first ?? "") ?? 0)
+        }
+        return .stopped
+    }
+
+    /// Creates the cluster if needed, starts it if stopped, and creates the database. Idempotent
+    /// and safe to call from several processes at once (serialised by a lock file).
+    @discardableResult
+    public func start() throws -> String {
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        return try withLock {
+            if try status() == .notCreated { try initialise() }
+            if case .running = try status() {} else {
+                try prepareRunDirectory()
+                // The server inherits pg_ctl's descriptors: give it no pipe to hold open.
+                let result = try pgctl(["start", "-w", "-t", "60", "-D", dataDirectory.path, "-l", logFile.path], capture: false)
+                guard result.status == 0 else {
+                    throw ClusterError("could not start PostgreSQL (exit \(result.status)); see \(logFile.path)\n\(result.output)")
+                }
+            }
+            try createDatabase(Self.databaseName)
+            return url
+        }
+    }
+
+    /// Stops the server (fast shutdown) if it runs.
+    public func stop() throws {
+        guard case .running = try status() else { return }
+        let result = try pgctl(["stop", "-w", "-m", "fast", "-D", dataDirectory.path])
+        guard result.status == 0 else { throw ClusterError("could not stop PostgreSQL: \(result.output)") }
+    }
+
+    /// Creates a database in the cluster unless it exists (optionally from a template).
+    public func createDatabase(_ name: String, template: String? = nil) throws {
+        let psql = try PostgresBinaries.locate().path("psql")
+        let exists = try run(psql, ["-X", "-At", "-d", url(database: "postgres"), "-c", "select 1 from pg_database where datname = '\(name)'"])
+        guard exists.status == 0 else { throw ClusterError("cannot reach the embedded cluster: \(exists.output)") }
+        if exists.output.trimmingCharacters(in: .whitespacesAndNewlines) == "1" { return }
+        var sql = "create database \"\(name)\""
+        if let template { sql += " template \"\(template)\"" }
+        let created = try run(psql, ["-X", "-q", "-d", url(database: "postgres"), "-c", sql])
+        if created.status != 0 && !created.output.contains("already exists") {
+            throw ClusterError("cannot create database \(name): \(created.output)")
+        }
+    }
+
+    // MARK: Set-up
+
+    private var runsAsRoot: Bool { geteuid() == 0 }
+
+    private func initialise() throws {
+        let fm = FileManager.default
+        try fm.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
+        try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: dataDirectory.path)
+        if runsAsRoot {
+            try checkServerUserCanReach(home)
+            _ = try run("/bin/chown", ["-R", "\(Self.serverUser):", dataDirectory.path])
+        }
+        let initdb = try PostgresBinaries.locate().path("initdb")
+        let result = try runAsServer(initdb, [
+            "-D", dataDirectory.path, "-U", Self.superuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8",
+        ])
+        guard result.status == 0 else { throw ClusterError("initdb failed: \(result.output)") }
+        // Unix socket only, in a private directory; sized for a 2-core developer machine.
+        let settings = """
+
+            # PermissionAudit embedded cluster
+            listen_addresses = ''
+            unix_socket_directories = '\(socketDirectory.path)'
+            unix_socket_permissions = 0700
+            max_connections = 100
+            shared_buffers = 256MB
+            work_mem = 16MB
+            maintenance_work_mem = 256MB
+            wal_buffers = 16MB
+            max_wal_size = 4GB
+            checkpoint_timeout = 15min
+            logging_collector = off
+            log_min_messages = warning
+
+            """
+        let conf = dataDirectory.appendingPathComponent("postgresql.conf")
+        let handle = try FileHandle(forWritingTo: conf)
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(settings.utf8))
+    }
+
+    private func prepareRunDirectory() throws {
+        try FileManager.default.createDirectory(at: socketDirectory, withIntermediateDirectories: true)
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: socketDirectory.path)
+        if runsAsRoot {
+            _ = try run("/bin/chown", ["\(Self.serverUser):", socketDirectory.path])
+            if !FileManager.default.fileExists(atPath: logFile.path) {
+                _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
+            }
+            _ = try run("/bin/chown", ["\(Self.serverUser):", logFile.path])
+        }
+    }
+
+    private func checkServerUserCanReach(_ directory: URL) throws {
+        let probe = try run("/usr/sbin/runuser", ["-u", Self.serverUser, "--", "/usr/bin/test", "-x", directory.path])
+        if probe.status != 0 {
+            throw ClusterError("""
+                the server runs as user '\(Self.serverUser)', which cannot enter \(directory.path); \
+                set PERMAUDIT_HOME to a directory whose parents it can traverse (e.g. under /tmp or /var/lib)
+                """)
+        }
+    }
+
+    private func pgctl(_ arguments: [String], capture: Bool = true) throws -> ProcessResult {
+        try runAsServer(try PostgresBinaries.locate().path("pg_ctl"), arguments, capture: capture)
+    }
+
+    private func runAsServer(_ executable: String, _ arguments: [String], capture: Bool = true) throws -> ProcessResult {
+        if runsAsRoot {
+            return try run("/usr/sbin/runuser", ["-u", Self.serverUser, "--", executable] + arguments, capture: capture)
+        }
+        return try run(executable, arguments, capture: capture)
+    }
+
+    private func withLock<T>(_ body: () throws -> T) throws -> T {
+        let path = home.appendingPathComponent("cluster.lock").path
+        let fd = open(path, O_CREAT | O_RDWR, 0o600)
+        guard fd >= 0 else { throw ClusterError("cannot open lock file \(path)") }
+        defer { close(fd) }
+        guard flock(fd, LOCK_EX) == 0 else { throw ClusterError("cannot lock \(path)") }
+        defer { flock(fd, LOCK_UN) }
+        return try body()
+    }
+}
+
+/// Where the installed PostgreSQL server binaries are (`PERMAUDIT_PG_BIN`, `pg_config --bindir`,
+/// or the newest `/usr/lib/postgresql/*/bin`).
+public struct PostgresBinaries: Sendable {
+    public let directory: String
+
+    public func path(_ tool: String) -> String { directory + "/" + tool }
+
+    public static func locate() throws -> PostgresBinaries {
+        let fm = FileManager.default
+        var candidates: [String] = []
+        if let env = ProcessInfo.processInfo.environment["PERMAUDIT_PG_BIN"], !env.isEmpty { candidates.append(env) }
+        let versions = ((try? fm.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? [])
+            .compactMap(Int.init).sorted(by: >)
+        candidates += versions.map { "/usr/lib/postgresql/\($0)/bin" }
+        if let bindir = try? run("/usr/bin/env", ["pg_config", "--bindir"]), bindir.status == 0 {
+            candidates.append(bindir.output.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        for candidate in candidates where fm.isExecutableFile(atPath: candidate + "/initdb") && fm.isExecutableFile(atPath: candidate + "/pg_ctl") {
+            return PostgresBinaries(directory: candidate)
+        }
+        throw ClusterError("PostgreSQL server binaries not found (install the Debian package 'postgresql', or set PERMAUDIT_PG_BIN)")
+    }
+}
+
+public struct ClusterError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+struct ProcessResult {
+    var status: Int32
+    var output: String
+}
+
+/// Runs a program to completion, capturing stdout and stderr together.
+func run(_ executable: String, _ arguments: [String], capture: Bool = true) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    guard capture else { return ProcessResult(status: try spawnDetached(executable, arguments), output: "") }
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return ProcessResult(status: process.terminationStatus, output: String(decoding: data, as: UTF8.self))
+}
+
+/// Runs a program that leaves a daemon behind (`pg_ctl start`): posix_spawn with every
+/// descriptor above stderr closed and the standard ones on /dev/null, so the daemon holds
+/// nothing of ours open; then waits for the program itself.
+func spawnDetached(_ executable: String, _ arguments: [String]) throws -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let open = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []).compactMap { Int32($0) }
+    for descriptor in open where descriptor > 2 {
+        posix_spawn_file_actions_addclose(&actions, descriptor)
+    }
+    let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid = pid_t()
+    let status = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+    guard status == 0 else { throw ClusterError("cannot run \(executable): \(String(cString: strerror(status)))") }
+    var exitStatus: Int32 = 0
+    while waitpid(pid, &exitStatus, 0) < 0 && errno == EINTR {}
+    return (exitStatus & 0x7f) == 0 ? (exitStatus >> 8) & 0xff : 128 + (exitStatus & 0x7f)
+}

@@ -1,0 +1,245 @@
+import Foundation
+import PermissionEvents
+import Postgres
+
+/// Streams NDJSON inputs into the log through the write path, in bounded memory.
+///
+/// Every line is validated here first (so errors name the line); valid lines are sent in
+/// batches to `audit.append_events`, which checks them again. While the server appends one batch
+/// the next one is read and validated (libpq's asynchronous send).
+public final class Ingestor {
+    public enum Mode: Sendable {
+        /// Nothing from the inputs is stored if any line is invalid (one transaction).
+        case allOrNothing
+        /// Valid lines are stored; invalid ones are handed to `onReject`.
+        case storeValid
+    }
+
+    public struct Rejection: Sendable {
+        public var input: String
+        public var line: Int
+        public var reason: String
+        /// The raw line (only for the rejects file; never logged).
+        public var raw: [UInt8]
+    }
+
+    public struct Summary: Sendable, Equatable {
+        public var appended = 0
+        public var duplicates = 0
+        public var rejected = 0
+        public var lines = 0
+    }
+
+    public var mode: Mode = .allOrNothing
+    public var batchSize = 1000
+    public var onReject: (Rejection) throws -> Void = { _ in }
+    public var onProgress: (Summary) -> Void = { _ in }
+
+    private let log: EventLog
+    private var summary = Summary()
+    private var inFlight: [Pending]? = nil
+    private var failed = false
+
+    private struct Pending {
+        var input: String
+        var line: Int
+        var text: String
+    }
+
+    public init(log: EventLog) { self.log = log }
+
+    /// Ingests the inputs (file paths, `-` for standard input). In all-or-nothing mode the
+    /// summary reports nothing appended when anything was rejected.
+    public func ingest(_ inputs: [String]) throws -> Summary {
+        summary = Summary()
+        failed = false
+        let db = log.connection
+        try db.execute("BEGIN")
+        do {
+            for input in inputs {
+                try ingest(input: input)
+            }
+            try flush(nil)
+            if mode == .allOrNothing && summary.rejected > 0 {
+                try db.execute("ROLLBACK")
+                summary.appended = 0
+                summary.duplicates = 0
+            } else {
+                try db.execute("COMMIT")
+            }
+        } catch {
+            if db.isOpen { _ = try? receivePendingQuietly(); try? db.execute("ROLLBACK") }
+            throw error
+        }
+        return summary
+    }
+
+    private func ingest(input: String) throws {
+        let reader = try LineReader(path: input)
+        let validator = EventValidator()
+        var batch: [Pending] = []
+        batch.reserveCapacity(batchSize)
+        while let (number, bytes) = try reader.next() {
+            if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+            summary.lines += 1
+            if bytes.count > LineReader.maxLineBytes {
+                try reject(input, number, "event: must be at most 16 KiB of JSON", bytes)
+                continue
+            }
+            let text: String
+            switch validate(bytes, validator) {
+            case let .success(valid): text = valid
+            case let .failure(problem):
+                try reject(input, number, problem.description, bytes)
+                continue
+            }
+            if failed { continue }  // all-or-nothing and already failing: only report errors
+            batch.append(Pending(input: input, line: number, text: text))
+            if batch.count >= batchSize {
+                try flush(batch)
+                batch.removeAll(keepingCapacity: true)
+            }
+            if summary.lines % 50_000 == 0 { onProgress(summary) }
+        }
+        if !batch.isEmpty { try flush(batch) }
+    }
+
+    private func validate(_ bytes: [UInt8], _ validator: EventValidator) -> Result<String, EventProblem> {
+        let value: JSONValue
+        let parsed: Result<JSONValue, JSONSyntaxError> = bytes.withUnsafeBufferPointer { buffer in
+            do { return .success(try JSONParser.parse(bytes: buffer)) } catch { return .failure(error as! JSONSyntaxError) }
+        }
+        switch parsed {
+        case let .success(parsedValue): value = parsedValue
+        case let .failure(error): return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
+        }
+        switch validator.validate(value) {
+        case .success: return .success(String(decoding: bytes, as: UTF8.self))
+        case let .failure(problem): return .failure(problem)
+        }
+    }
+
+    private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {
+        summary.rejected += 1
+        if mode == .allOrNothing { failed = true }
+        try onReject(Rejection(input: input, line: line, reason: reason, raw: raw))
+    }
+
+    /// Sends `batch` (if any) and collects the previous batch's result.
+    private func flush(_ batch: [Pending]?) throws {
+        if let previous = inFlight {
+            inFlight = nil
+            try collect(previous)
+        }
+        guard let batch, !batch.isEmpty, !failed else { return }
+        if mode == .storeValid { try log.connection.execute("SAVEPOINT ingest_batch") }
+        try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + batch.map(\.text).joined(separator: ",") + "]"])
+        inFlight = batch
+    }
+
+    private func collect(_ batch: [Pending]) throws {
+        do {
+            let results = try EventLog.results(try log.connection.receiveResult())
+            count(results)
+            if mode == .storeValid { try log.connection.execute("RELEASE SAVEPOINT ingest_batch") }
+        } catch let error as PostgresError {
+            guard let refusal = AppendError(error), let index = refusal.index, index < batch.count else { throw error }
+            let culprit = batch[index]
+            try reject(culprit.input, culprit.line, refusal.reason, Array(culprit.text.utf8))
+            guard mode == .storeValid else { return }
+            // Store the rest of the batch without the refused event, one call at a time until clean.
+            try log.connection.execute("ROLLBACK TO SAVEPOINT ingest_batch")
+            var rest = batch
+            rest.remove(at: index)
+            if !rest.isEmpty {
+                try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + rest.map(\.text).joined(separator: ",") + "]"])
+                try collect(rest)
+            } else {
+                try log.connection.execute("RELEASE SAVEPOINT ingest_batch")
+            }
+        }
+    }
+
+    private func count(_ results: [EventLog.AppendResult]) {
+        for result in results {
+            if result.status == .appended { summary.appended += 1 } else { summary.duplicates += 1 }
+        }
+    }
+
+    private func receivePendingQuietly() throws {
+        if inFlight != nil {
+            inFlight = nil
+            _ = try? log.connection.receiveResult()
+        }
+    }
+}
+
+/// Reads lines from a file or standard input in fixed-size chunks. Lines longer than
+/// `maxLineBytes` are truncated (and then rejected by the caller), so memory stays bounded.
+final class LineReader {
+    static let maxLineBytes = 64 * 1024
+    private let fd: Int32
+    private let ownsDescriptor: Bool
+    private var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    private var start = 0
+    private var end = 0
+    private var eof = false
+    private var lineNumber = 0
+
+    init(path: String) throws {
+        if path == "-" {
+            fd = 0
+            ownsDescriptor = false
+        } else {
+            fd = open(path, O_RDONLY)
+            guard fd >= 0 else { throw IngestError("\(path): cannot open (\(String(cString: strerror(errno))))") }
+            ownsDescriptor = true
+        }
+    }
+
+    deinit { if ownsDescriptor { close(fd) } }
+
+    /// The next line (without its newline) and its 1-based number, or nil at the end.
+    func next() throws -> (Int, [UInt8])? {
+        var overflow: [UInt8]? = nil
+        while true {
+            if let newline = buffer[start..<end].firstIndex(of: 0x0A) {
+                lineNumber += 1
+                var line = overflow ?? Array(buffer[start..<newline])
+                if overflow != nil { line = Array(line.prefix(Self.maxLineBytes + 1)) }
+                start = newline + 1
+                return (lineNumber, line)
+            }
+            if eof {
+                guard start < end || overflow != nil else { return nil }
+                lineNumber += 1
+                let line = overflow ?? Array(buffer[start..<end])
+                start = end
+                return (lineNumber, line)
+            }
+            // Keep a partial line: move it to the front, or, if it is already too long, keep a prefix.
+            if end - start > Self.maxLineBytes {
+                if overflow == nil { overflow = Array(buffer[start..<(start + Self.maxLineBytes + 1)]) }
+                start = end
+            }
+            if start > 0 {
+                buffer.withUnsafeMutableBufferPointer { b in
+                    _ = memmove(b.baseAddress!, b.baseAddress! + start, end - start)
+                }
+                end -= start
+                start = 0
+            }
+            let count = buffer.withUnsafeMutableBufferPointer { b in read(fd, b.baseAddress! + end, b.count - end) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw IngestError("read failed (\(String(cString: strerror(errno))))")
+            }
+            if count == 0 { eof = true } else { end += count }
+        }
+    }
+}
+
+public struct IngestError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}

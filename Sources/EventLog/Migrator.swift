@@ -1,0 +1,126 @@
+import Foundation
+import Postgres
+
+/// Applies the numbered SQL files of `sql/` in order, each once and in its own transaction,
+/// recording a SHA-256 checksum in `permaudit.schema_migrations`. An applied file whose text
+/// changed is an error, never silently re-applied.
+public struct Migrator {
+    public struct Migration: Sendable {
+        public var version: Int
+        public var name: String
+        public var sql: String
+    }
+
+    public struct Outcome: Sendable {
+        public var applied: [String]
+        public var alreadyApplied: Int
+    }
+
+    public let migrations: [Migration]
+
+    public init(directory: URL) throws {
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+            .filter { $0.hasSuffix(".sql") }
+            .sorted()
+        var migrations: [Migration] = []
+        for file in files {
+            guard let version = Int(file.prefix { $0.isNumber }) else {
+                throw MigrationError("\(file): migration files are named NNN_name.sql")
+            }
+            if migrations.contains(where: { $0.version == version }) {
+                throw MigrationError("\(file): two migrations have version \(version)")
+            }
+            let sql = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            migrations.append(Migration(version: version, name: file, sql: sql))
+        }
+        guard !migrations.isEmpty else { throw MigrationError("no migrations in \(directory.path)") }
+        self.migrations = migrations
+    }
+
+    /// The `sql/` directory: `PERMAUDIT_SQL_DIR`, else the nearest `sql/` holding `001_*.sql`
+    /// above the working directory or the executable.
+    public static func locateDirectory() throws -> URL {
+        let fm = FileManager.default
+        if let env = ProcessInfo.processInfo.environment["PERMAUDIT_SQL_DIR"], !env.isEmpty {
+            return URL(fileURLWithPath: env)
+        }
+        var starts = [URL(fileURLWithPath: fm.currentDirectoryPath)]
+        starts.append(URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent())
+        for start in starts {
+            var directory = start.standardizedFileURL
+            for _ in 0..<8 {
+                let candidate = directory.appendingPathComponent("sql")
+                if let files = try? fm.contentsOfDirectory(atPath: candidate.path), files.contains(where: { $0.hasPrefix("001_") }) {
+                    return candidate
+                }
+                directory.deleteLastPathComponent()
+            }
+        }
+        for installed in ["/usr/local/share/permaudit/sql", "/usr/share/permaudit/sql"] where fm.fileExists(atPath: installed) {
+            return URL(fileURLWithPath: installed)
+        }
+        throw MigrationError("cannot find the sql/ migrations directory; set PERMAUDIT_SQL_DIR")
+    }
+
+    /// Applies every pending migration. Serialised across processes by an advisory lock.
+    @discardableResult
+    public func migrate(_ db: Connection) throws -> Outcome {
+        try db.execute("""
+            create schema if not exists permaudit;
+            create table if not exists permaudit.schema_migrations (
+                version    integer primary key,
+                name       text not null,
+                checksum   text not null,
+                applied_at timestamptz not null default now()
+            );
+            """)
+        try db.query("select pg_advisory_lock(hashtext('permaudit.migrate'))")
+        defer { _ = try? db.query("select pg_advisory_unlock(hashtext('permaudit.migrate'))") }
+
+        let recorded = try db.query("select version, name, checksum from permaudit.schema_migrations order by version")
+            .decode((Int, String, String).self)
+        var applied: [String] = []
+        var already = 0
+        for migration in migrations {
+            let checksum: String = try db.query("select encode(sha256(convert_to($1, 'UTF8')), 'hex')", [migration.sql]).scalar()
+            if let row = recorded.first(where: { $0.0 == migration.version }) {
+                guard row.2 == checksum else {
+                    throw MigrationError("""
+                        \(migration.name): already applied (as \(row.1)) but its text has changed since \
+                        (checksum \(row.2.prefix(12))... recorded, \(checksum.prefix(12))... now); \
+                        add a new migration instead of editing an applied one
+                        """)
+                }
+                already += 1
+                continue
+            }
+            do {
+                try db.transaction {
+                    try db.execute(migration.sql)
+                    try db.query(
+                        "insert into permaudit.schema_migrations (version, name, checksum) values ($1, $2, $3)",
+                        [migration.version, migration.name, checksum]
+                    )
+                }
+            } catch let error as PostgresError {
+                throw MigrationError("\(migration.name): \(error.message)\(error.detail.map { " (\($0))" } ?? "")")
+            }
+            applied.append(migration.name)
+        }
+        return Outcome(applied: applied, alreadyApplied: already)
+    }
+
+    /// Names of migrations not yet applied (empty when the schema is current).
+    public func pending(_ db: Connection) throws -> [String] {
+        let exists: Bool = try db.query("select to_regclass('permaudit.schema_migrations') is not null").scalar()
+        guard exists else { return migrations.map(\.name) }
+        let rows = try db.query("select version from permaudit.schema_migrations")
+        let versions = Set(try (0..<rows.count).map { try rows.value($0, 0, as: Int.self) })
+        return migrations.filter { !versions.contains($0.version) }.map(\.name)
+    }
+}
+
+public struct MigrationError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}

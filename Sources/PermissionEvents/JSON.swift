@@ -1,0 +1,336 @@
+/// A parsed JSON value. Objects keep their members in input order.
+public enum JSONValue: Equatable, Sendable {
+    case null
+    case bool(Bool)
+    /// A number, kept as its source text (RFC 8259 grammar, already checked).
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    case object([(key: String, value: JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): return true
+        case let (.bool(a), .bool(b)): return a == b
+        case let (.number(a), .number(b)): return a == b || Double(a) == Double(b)
+        case let (.string(a), .string(b)): return a == b
+        case let (.array(a), .array(b)): return a == b
+        case let (.object(a), .object(b)):
+            return a.count == b.count && a.allSatisfy { member in b.contains { $0.key == member.key && $0.value == member.value } }
+        default: return false
+        }
+    }
+
+    /// The member `key` of an object (the last one, as PostgreSQL's jsonb keeps); nil otherwise.
+    public subscript(key: String) -> JSONValue? {
+        guard case let .object(members) = self else { return nil }
+        return members.last { $0.key == key }?.value
+    }
+
+    public var stringValue: String? {
+        if case let .string(s) = self { return s }
+        return nil
+    }
+
+    /// The JSON type name used in error messages.
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "boolean"
+        case .number: return "number"
+        case .string: return "string"
+        case .array: return "array"
+        case .object: return "object"
+        }
+    }
+}
+
+/// Why a text is not acceptable JSON.
+public struct JSONSyntaxError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var offset: Int
+    public var reason: String
+    public var description: String { "\(reason) at byte \(offset + 1)" }
+}
+
+/// A strict RFC 8259 parser over UTF-8 bytes (throws `JSONSyntaxError`): rejects invalid UTF-8, lone surrogates,
+/// trailing data, and nesting deeper than `maxDepth`.
+public struct JSONParser {
+    public static let defaultMaxDepth = 16
+
+    public static func parse(_ text: String, maxDepth: Int = defaultMaxDepth) throws -> JSONValue {
+        var copy = text
+        return try copy.withUTF8 { bytes in try parse(bytes: bytes, maxDepth: maxDepth) }
+    }
+
+    public static func parse(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int = defaultMaxDepth) throws -> JSONValue {
+        guard validUTF8(bytes) else {
+            throw JSONSyntaxError(offset: firstInvalidUTF8(bytes), reason: "invalid UTF-8")
+        }
+        var parser = JSONParser(bytes: bytes, maxDepth: maxDepth)
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 1)
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { throw parser.error("unexpected data after the JSON value") }
+        return value
+    }
+
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private let maxDepth: Int
+    private var index = 0
+
+    private init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+        self.bytes = bytes
+        self.maxDepth = maxDepth
+    }
+
+    private func error(_ reason: String) -> JSONSyntaxError { JSONSyntaxError(offset: index, reason: reason) }
+
+    private mutating func skipWhitespace() {
+        while index < bytes.count {
+            switch bytes[index] {
+            case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            default: return
+            }
+        }
+    }
+
+    private mutating func parseValue(depth: Int) throws -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of input") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject(depth: depth)
+        case UInt8(ascii: "["): return try parseArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try literal("true"); return .bool(true)
+        case UInt8(ascii: "f"): try literal("false"); return .bool(false)
+        case UInt8(ascii: "n"): try literal("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected character")
+        }
+    }
+
+    private mutating func literal(_ word: StaticString) throws {
+        let count = word.utf8CodeUnitCount
+        guard index + count <= bytes.count else { throw error("invalid literal") }
+        let expected = UnsafeBufferPointer(start: word.utf8Start, count: count)
+        for offset in 0..<count where bytes[index + offset] != expected[offset] {
+            throw error("invalid literal")
+        }
+        index += count
+    }
+
+    private mutating func parseObject(depth: Int) throws -> JSONValue {
+        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+        index += 1
+        var members: [(key: String, value: JSONValue)] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a string key") }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            let value = try parseValue(depth: depth + 1)
+            members.append((key, value))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            throw error("expected ',' or '}'")
+        }
+    }
+
+    private mutating func parseArray(depth: Int) throws -> JSONValue {
+        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue(depth: depth + 1))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of input") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+            throw error("expected ',' or ']'")
+        }
+    }
+
+    private mutating func parseNumber() throws -> String {
+        let start = index
+        func digits() -> Int {
+            let from = index
+            while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 { index += 1 }
+            return index - from
+        }
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw error("invalid number") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits() == 0 {
+            throw error("invalid number")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits() > 0 else { throw error("invalid number") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits() > 0 else { throw error("invalid number") }
+        }
+        return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+    }
+
+    private mutating func parseString() throws -> String {
+        index += 1
+        let start = index
+        // Fast path: no escapes.
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+                index += 1
+                return text
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { throw error("control character in string") }
+            index += 1
+        }
+        var scalars = Array(bytes[start..<index])
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return String(decoding: scalars, as: UTF8.self)
+            }
+            if byte < 0x20 { throw error("control character in string") }
+            if byte != UInt8(ascii: "\\") {
+                scalars.append(byte)
+                index += 1
+                continue
+            }
+            index += 1
+            guard index < bytes.count else { break }
+            let escape = bytes[index]
+            index += 1
+            switch escape {
+            case UInt8(ascii: "\""): scalars.append(0x22)
+            case UInt8(ascii: "\\"): scalars.append(0x5C)
+            case UInt8(ascii: "/"): scalars.append(0x2F)
+            case UInt8(ascii: "b"): scalars.append(0x08)
+            case UInt8(ascii: "f"): scalars.append(0x0C)
+            case UInt8(ascii: "n"): scalars.append(0x0A)
+            case UInt8(ascii: "r"): scalars.append(0x0D)
+            case UInt8(ascii: "t"): scalars.append(0x09)
+            case UInt8(ascii: "u"):
+                var code = try hex4()
+                if (0xD800...0xDBFF).contains(code) {
+                    guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw error("lone surrogate in \\u escape")
+                    }
+                    index += 2
+                    let low = try hex4()
+                    guard (0xDC00...0xDFFF).contains(low) else { throw error("lone surrogate in \\u escape") }
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                } else if (0xDC00...0xDFFF).contains(code) {
+                    throw error("lone surrogate in \\u escape")
+                }
+                scalars.append(contentsOf: Array(String(Unicode.Scalar(code)!).utf8))
+            default:
+                throw error("invalid escape")
+            }
+        }
+        throw error("unterminated string")
+    }
+
+    private mutating func hex4() throws -> UInt32 {
+        guard index + 4 <= bytes.count else { throw error("invalid \\u escape") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let byte = bytes[index]
+            let digit: UInt32
+            switch byte {
+            case 0x30...0x39: digit = UInt32(byte - 0x30)
+            case 0x41...0x46: digit = UInt32(byte - 0x41 + 10)
+            case 0x61...0x66: digit = UInt32(byte - 0x61 + 10)
+            default: throw error("invalid \\u escape")
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    private static func validUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        firstInvalidUTF8(bytes) == bytes.count
+    }
+
+    /// Offset of the first byte of an invalid UTF-8 sequence, or `bytes.count` when all is valid.
+    private static func firstInvalidUTF8(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        var i = 0
+        let n = bytes.count
+        while i < n {
+            let b = bytes[i]
+            if b < 0x80 { i += 1; continue }
+            var need = 0
+            var minimum: UInt32 = 0
+            var code: UInt32 = 0
+            switch b {
+            case 0xC2...0xDF: need = 1; code = UInt32(b & 0x1F); minimum = 0x80
+            case 0xE0...0xEF: need = 2; code = UInt32(b & 0x0F); minimum = 0x800
+            case 0xF0...0xF4: need = 3; code = UInt32(b & 0x07); minimum = 0x10000
+            default: return i
+            }
+            guard i + need < n else { return i }
+            for k in 1...need {
+                let c = bytes[i + k]
+                guard c & 0xC0 == 0x80 else { return i }
+                code = code << 6 | UInt32(c & 0x3F)
+            }
+            if code < minimum || code > 0x10FFFF || (0xD800...0xDFFF).contains(code) { return i }
+            i += need + 1
+        }
+        return n
+    }
+}
+
+extension JSONValue {
+    /// Length in bytes of PostgreSQL's `jsonb::text` rendering of this value (", " and ": "
+    /// separators, duplicate keys dropped), so that the size rule gives the same answer here
+    /// and in the database.
+    public var jsonbTextLength: Int {
+        switch self {
+        case .null: return 4
+        case let .bool(b): return b ? 4 : 5
+        case let .number(text): return text.utf8.count
+        case let .string(s): return JSONValue.quotedLength(s)
+        case let .array(elements):
+            return 2 + elements.reduce(0) { $0 + $1.jsonbTextLength } + max(0, elements.count - 1) * 2
+        case let .object(members):
+            var seen = Set<String>()
+            var total = 2
+            var count = 0
+            for member in members.reversed() where seen.insert(member.key).inserted {
+                total += JSONValue.quotedLength(member.key) + 2 + member.value.jsonbTextLength
+                count += 1
+            }
+            return total + max(0, count - 1) * 2
+        }
+    }
+
+    static func quotedLength(_ s: String) -> Int {
+        var length = 2
+        for byte in s.utf8 {
+            switch byte {
+            case 0x22, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09: length += 2
+            case 0..<0x20: length += 6
+            default: length += 1
+            }
+        }
+        return length
+    }
+}

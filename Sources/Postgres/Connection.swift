@@ -1,0 +1,270 @@
+import CLibPQ
+import Foundation
+
+/// One connection to PostgreSQL. Owns its `PGconn` and closes it in `deinit`.
+///
+/// A connection is used from one thread at a time (libpq's rule); open one per thread.
+///
+///     let db = try Connection(url: "postgresql:///permaudit?host=/tmp")
+///     let n: Int = try db.query("select count(*) from audit.events").scalar()
+public final class Connection {
+    private let handle: OpaquePointer
+
+    /// Opens a connection from a libpq URL or key=value string
+    /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
+    public init(url: String) throws {
+        guard let handle = PQconnectdb(url) else {
+            throw PostgresError(code: .connectionFailure, message: "out of memory opening a connection")
+        }
+        guard PQstatus(handle) == CONNECTION_OK else {
+            let error = PostgresError.connection(handle, "cannot connect")
+            PQfinish(handle)
+            throw error
+        }
+        self.handle = handle
+        // Keep server notices (RAISE NOTICE, warnings) off stderr: they may quote data.
+        PQsetNoticeProcessor(handle, { _, _ in }, nil)
+    }
+
+    deinit { PQfinish(handle) }
+
+    /// True while the connection is usable.
+    public var isOpen: Bool { PQstatus(handle) == CONNECTION_OK }
+
+    /// The server's backend process id.
+    public var backendPID: Int { Int(PQbackendPID(handle)) }
+
+    // MARK: Queries
+
+    /// Runs one statement with parameters `$1...$n`, sent separately from the SQL text.
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
+        let texts = parameters.map { $0?.postgresText }
+        let result = withCStrings(texts) { pointers in
+            PQexecParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        }
+        return try check(result, context: "query failed")
+    }
+
+    /// Sends one statement without waiting for its result, so the caller can work while the
+    /// server does; collect the result with `receiveResult()` before sending anything else.
+    public func sendQuery(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws {
+        let texts = parameters.map { $0?.postgresText }
+        let sent = withCStrings(texts) { pointers in
+            PQsendQueryParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        }
+        guard sent == 1 else { throw PostgresError.connection(handle, "send failed") }
+    }
+
+    /// Waits for the result of the statement sent with `sendQuery`.
+    @discardableResult
+    public func receiveResult() throws -> QueryResult {
+        let first = PQgetResult(handle)
+        drainResults()
+        return try check(first, context: "query failed")
+    }
+
+    /// Runs one or more statements without parameters (for DDL and migration files).
+    public func execute(_ sql: String) throws {
+        _ = try check(PQexec(handle, sql), context: "statement failed")
+    }
+
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try execute("BEGIN")
+        do {
+            let value = try body()
+            try execute("COMMIT")
+            return value
+        } catch {
+            if isOpen { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Runs `body` inside a savepoint of the current transaction: released when it returns,
+    /// rolled back to when it throws (the transaction itself stays usable).
+    public func savepoint<T>(_ name: String = "permaudit_savepoint", _ body: () throws -> T) throws -> T {
+        try execute("SAVEPOINT \(name)")
+        do {
+            let value = try body()
+            try execute("RELEASE SAVEPOINT \(name)")
+            return value
+        } catch {
+            if isOpen { try? execute("ROLLBACK TO SAVEPOINT \(name)") }
+            throw error
+        }
+    }
+
+    // MARK: COPY
+
+    /// Runs a `COPY ... FROM STDIN` statement; `body` writes the data through the writer.
+    /// Returns the number of rows copied.
+    @discardableResult
+    public func copyIn(_ sql: String, _ body: (CopyWriter) throws -> Void) throws -> Int {
+        let start = PQexec(handle, sql)
+        guard let start, PQresultStatus(start) == PGRES_COPY_IN else {
+            _ = try check(start, context: "COPY failed")
+            throw PostgresError(code: .connectionFailure, message: "COPY did not start")
+        }
+        PQclear(start)
+        let writer = CopyWriter(handle: handle)
+        do {
+            try body(writer)
+            try writer.flush()
+        } catch {
+            _ = PQputCopyEnd(handle, "aborted by client")
+            drainResults()
+            throw error
+        }
+        guard PQputCopyEnd(handle, nil) == 1 else { throw PostgresError.connection(handle, "COPY end failed") }
+        let result = try check(PQgetResult(handle), context: "COPY failed")
+        drainResults()
+        return result.affectedRows
+    }
+
+    /// Runs a `COPY ... TO STDOUT` statement, handing each row's bytes to `row`.
+    /// Returns the number of rows.
+    @discardableResult
+    public func copyOut(_ sql: String, _ row: (UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        let start = PQexec(handle, sql)
+        guard let start, PQresultStatus(start) == PGRES_COPY_OUT else {
+            _ = try check(start, context: "COPY failed")
+            throw PostgresError(code: .connectionFailure, message: "COPY did not start")
+        }
+        PQclear(start)
+        var rows = 0
+        var failure: Error?
+        while true {
+            var buffer: UnsafeMutablePointer<CChar>?
+            let length = PQgetCopyData(handle, &buffer, 0)
+            if length == -1 { break }
+            if length == -2 { throw PostgresError.connection(handle, "COPY read failed") }
+            if let buffer {
+                if failure == nil {
+                    do { try row(UnsafeRawBufferPointer(start: buffer, count: Int(length))) } catch { failure = error }
+                }
+                PQfreemem(buffer)
+                rows += 1
+            }
+        }
+        _ = try check(PQgetResult(handle), context: "COPY failed")
+        drainResults()
+        if let failure { throw failure }
+        return rows
+    }
+
+    // MARK: LISTEN / NOTIFY
+
+    /// Subscribes this connection to a channel (`LISTEN`). The name is quoted as an identifier.
+    public func listen(_ channel: String) throws {
+        try execute("LISTEN \(Connection.quoteIdentifier(channel))")
+    }
+
+    /// Sends a notification (`pg_notify`) on a channel.
+    public func notify(_ channel: String, payload: String = "") throws {
+        try query("select pg_notify($1, $2)", [channel, payload])
+    }
+
+    /// Waits up to `timeout` seconds for a notification on a channel this connection listens to.
+    /// Returns nil on time-out.
+    public func waitForNotification(timeout: Double) throws -> Notification? {
+        if let pending = nextNotification() { return pending }
+        let socket = PQsocket(handle)
+        guard socket >= 0 else { throw PostgresError.connection(handle, "no socket") }
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            let remaining = deadline.timeIntervalSinceNow
+            if remaining <= 0 { return nil }
+            var descriptor = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&descriptor, 1, Int32(min(remaining, 1) * 1000))
+            if ready < 0 && errno != EINTR { throw PostgresError.connection(handle, "poll failed") }
+            if ready > 0 {
+                guard PQconsumeInput(handle) == 1 else { throw PostgresError.connection(handle, "connection lost") }
+                if let notification = nextNotification() { return notification }
+            }
+        }
+    }
+
+    /// A notification received through `LISTEN`.
+    public struct Notification: Sendable {
+        public var channel: String
+        public var payload: String
+        public var senderPID: Int
+    }
+
+    private func nextNotification() -> Notification? {
+        guard let raw = PQnotifies(handle) else { return nil }
+        defer { PQfreemem(raw) }
+        return Notification(
+            channel: String(cString: raw.pointee.relname),
+            payload: String(cString: raw.pointee.extra),
+            senderPID: Int(raw.pointee.be_pid)
+        )
+    }
+
+    // MARK: Helpers
+
+    /// Quotes an identifier for SQL text (for names that cannot be parameters, like LISTEN channels).
+    public static func quoteIdentifier(_ name: String) -> String {
+        "\"" + name.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    private func check(_ result: OpaquePointer?, context: String) throws -> QueryResult {
+        guard let result else { throw PostgresError.connection(handle, context) }
+        switch PQresultStatus(result) {
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY, PGRES_COPY_IN, PGRES_COPY_OUT:
+            return QueryResult(owning: result)
+        default:
+            let error = PostgresError(result: result, fallback: context)
+            PQclear(result)
+            if PQstatus(handle) != CONNECTION_OK {
+                var lost = PostgresError.connection(handle, context)
+                if error.code != .connectionFailure { lost = error }
+                throw lost
+            }
+            throw error
+        }
+    }
+
+    private func drainResults() {
+        while let extra = PQgetResult(handle) { PQclear(extra) }
+    }
+}
+
+/// Writes data to a `COPY ... FROM STDIN` in progress, buffering small writes.
+public final class CopyWriter {
+    private let handle: OpaquePointer
+    private var buffer: [UInt8] = []
+    private let threshold = 256 * 1024
+
+    init(handle: OpaquePointer) {
+        self.handle = handle
+        buffer.reserveCapacity(threshold + 4096)
+    }
+
+    public func write(_ bytes: some Sequence<UInt8>) throws {
+        buffer.append(contentsOf: bytes)
+        if buffer.count >= threshold { try flush() }
+    }
+
+    public func write(_ text: String) throws { try write(text.utf8) }
+
+    func flush() throws {
+        guard !buffer.isEmpty else { return }
+        let status = buffer.withUnsafeBufferPointer { pointer in
+            pointer.withMemoryRebound(to: CChar.self) { PQputCopyData(handle, $0.baseAddress, Int32($0.count)) }
+        }
+        guard status == 1 else { throw PostgresError.connection(handle, "COPY write failed") }
+        buffer.removeAll(keepingCapacity: true)
+    }
+}
+
+/// Calls `body` with a C array of NUL-terminated strings (nil entries stay NULL).
+private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+    var owned: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } }
+    defer { for pointer in owned { free(pointer) } }
+    return owned.withUnsafeMutableBufferPointer { buffer in
+        body(buffer.map { UnsafePointer($0) })
+    }
+}

@@ -1,0 +1,95 @@
+import CLibPQ
+
+/// An error reported by PostgreSQL or by libpq.
+///
+/// The plain `description` names the SQLSTATE and the server's primary message only: details,
+/// hints and bound values may contain data (event payloads, subject ids), so they are available
+/// as properties and never printed unless a caller asks for them.
+///
+///     catch let error as PostgresError where error.code == .uniqueViolation { ... }
+public struct PostgresError: Error, CustomStringConvertible, Sendable {
+    /// A five-character SQLSTATE code (https://www.postgresql.org/docs/current/errcodes-appendix.html).
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        public static let uniqueViolation = Code("23505")
+        public static let checkViolation = Code("23514")
+        public static let insufficientPrivilege = Code("42501")
+        public static let undefinedTable = Code("42P01")
+        public static let serializationFailure = Code("40001")
+        public static let deadlockDetected = Code("40P01")
+        public static let queryCanceled = Code("57014")
+        public static let adminShutdown = Code("57P01")
+        public static let cannotConnectNow = Code("57P03")
+        public static let lockNotAvailable = Code("55P03")
+        public static let invalidTextRepresentation = Code("22P02")
+        public static let raiseException = Code("P0001")
+        /// Not a server code: libpq could not reach the server or lost the connection.
+        public static let connectionFailure = Code("08006")
+        /// Not a server code: a value in a result could not be decoded into the requested type.
+        public static let decodingFailure = Code("XX0DE")
+    }
+
+    public var code: Code
+    public var message: String
+    public var detail: String?
+    public var hint: String?
+    public var severity: String?
+
+    public init(code: Code, message: String, detail: String? = nil, hint: String? = nil, severity: String? = nil) {
+        self.code = code
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+        self.severity = severity
+    }
+
+    public var description: String { "PostgreSQL \(code.rawValue): \(message)" }
+
+    /// True when retrying the whole transaction may succeed.
+    public var isTransient: Bool {
+        [.serializationFailure, .deadlockDetected, .connectionFailure, .adminShutdown, .cannotConnectNow].contains(code)
+            || code.rawValue.hasPrefix("08")
+    }
+
+    init(result: OpaquePointer, fallback: String) {
+        func field(_ key: Int32) -> String? {
+            guard let value = PQresultErrorField(result, key) else { return nil }
+            return String(cString: value)
+        }
+        let primary = field(permaudit_PG_DIAG_MESSAGE_PRIMARY)
+        var message = primary ?? fallback
+        if primary == nil, let text = PQresultErrorMessage(result) {
+            let trimmed = String(cString: text).trimmingWhitespace()
+            if !trimmed.isEmpty { message = trimmed }
+        }
+        self.init(
+            code: field(permaudit_PG_DIAG_SQLSTATE).map(Code.init(rawValue:)) ?? .connectionFailure,
+            message: message,
+            detail: field(permaudit_PG_DIAG_MESSAGE_DETAIL),
+            hint: field(permaudit_PG_DIAG_MESSAGE_HINT),
+            severity: field(permaudit_PG_DIAG_SEVERITY)
+        )
+    }
+
+    static func connection(_ connection: OpaquePointer?, _ context: String) -> PostgresError {
+        var text = context
+        if let connection, let raw = PQerrorMessage(connection) {
+            let message = String(cString: raw).trimmingWhitespace()
+            if !message.isEmpty { text = "\(context): \(message)" }
+        }
+        return PostgresError(code: .connectionFailure, message: text)
+    }
+}
+
+extension String {
+    func trimmingWhitespace() -> String {
+        var scalars = Substring(self)
+        while let last = scalars.last, last.isWhitespace { scalars.removeLast() }
+        while let first = scalars.first, first.isWhitespace { scalars.removeFirst() }
+        return String(scalars)
+    }
+}

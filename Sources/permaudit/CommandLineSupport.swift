@@ -1,0 +1,127 @@
+import Foundation
+
+/// A subcommand: a static description for help, and a `run` over parsed arguments.
+protocol Command {
+    static var name: String { get }
+    static var abstract: String { get }
+    /// Usage line(s) after `permaudit`.
+    static var usage: String { get }
+    static var discussion: String { get }
+    /// Options: (spelling, help). Every command also takes -h/--help.
+    static var options: [(String, String)] { get }
+    /// Names of options that take a value.
+    static var valueOptions: Set<String> { get }
+    static func run(_ arguments: ParsedArguments) throws -> Int32
+}
+
+extension Command {
+    static var discussion: String { "" }
+
+    static var help: String {
+        var text = "OVERVIEW: \(abstract)\n"
+        if !discussion.isEmpty { text += "\n\(discussion)\n" }
+        text += "\nUSAGE: \(usage)\n"
+        let all = options + [("-h, --help", "Show help information.")]
+        text += "\nOPTIONS:\n"
+        for (spelling, help) in all {
+            text += "  " + spelling.padding(toLength: max(spelling.count, 26), withPad: " ", startingAt: 0) + help + "\n"
+        }
+        return text
+    }
+}
+
+/// A usage error: exit 64 with the command's usage line.
+struct UsageError: Error {
+    var message: String
+    var usage: String
+}
+
+/// Failures the CLI reports as `Error: ...` with exit 1.
+struct CommandFailure: Error {
+    var message: String
+    var exitCode: Int32 = 1
+}
+
+/// Options and positional arguments after the subcommand name.
+struct ParsedArguments {
+    var values: [String: String] = [:]
+    var flags: Set<String> = []
+    var positionals: [String] = []
+    let usage: String
+
+    init(_ arguments: [String], valueOptions: Set<String>, flagOptions: Set<String>, usage: String) throws {
+        self.usage = usage
+        var index = 0
+        var onlyPositionals = false
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if onlyPositionals || argument == "-" || !argument.hasPrefix("-") {
+                positionals.append(argument)
+                continue
+            }
+            if argument == "--" { onlyPositionals = true; continue }
+            var name = argument
+            var inline: String?
+            if let equals = argument.firstIndex(of: "=") {
+                name = String(argument[..<equals])
+                inline = String(argument[argument.index(after: equals)...])
+            }
+            if valueOptions.contains(name) {
+                if let inline { values[name] = inline; continue }
+                guard index < arguments.count else { throw UsageError(message: "missing value for '\(name)'", usage: usage) }
+                values[name] = arguments[index]
+                index += 1
+            } else if flagOptions.contains(name), inline == nil {
+                flags.insert(name)
+            } else {
+                throw UsageError(message: "unknown option '\(name)'", usage: usage)
+            }
+        }
+    }
+
+    func value(_ name: String) -> String? { values[name] }
+    func has(_ flag: String) -> Bool { flags.contains(flag) }
+
+    func int(_ name: String, default fallback: Int, range: ClosedRange<Int> = 1...Int.max) throws -> Int {
+        guard let text = values[name] else { return fallback }
+        guard let value = Int(text), range.contains(value) else {
+            throw UsageError(message: "'\(name)' must be an integer in \(range.lowerBound)...\(range.upperBound), got '\(text)'", usage: usage)
+        }
+        return value
+    }
+
+    func noPositionals() throws {
+        if let first = positionals.first { throw UsageError(message: "unexpected argument '\(first)'", usage: usage) }
+    }
+}
+
+/// Writes to standard error without buffering surprises.
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+/// Buffered standard output for commands that print many lines.
+final class OutputBuffer {
+    private var buffer: [UInt8] = []
+    init() { buffer.reserveCapacity(1 << 16) }
+    func write(_ text: String) {
+        buffer.append(contentsOf: text.utf8)
+        if buffer.count >= 1 << 16 { flush() }
+    }
+    func flush() {
+        guard !buffer.isEmpty else { return }
+        buffer.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Foundation.write(1, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { break }
+                offset += n
+            }
+        }
+        buffer.removeAll(keepingCapacity: true)
+    }
+    deinit { flush() }
+}
+
+let databaseOption = ("--database-url <url>", "PostgreSQL URL (default: $DATABASE_URL, else the embedded cluster in $PERMAUDIT_HOME).")

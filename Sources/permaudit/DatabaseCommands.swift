@@ -1,0 +1,217 @@
+import EventLog
+import Foundation
+import PermissionEvents
+import Postgres
+
+/// Opens the database for a command. The embedded cluster is ours, so it is migrated on the
+/// way; an external database must have been migrated with `permaudit migrate`.
+func openDatabase(_ arguments: ParsedArguments) throws -> Connection {
+    let explicit = arguments.value("--database-url")
+    let embedded = (explicit ?? "").isEmpty && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
+    let connection = try Database.connect(explicit)
+    let migrator = try Migrator(directory: try Migrator.locateDirectory())
+    if embedded {
+        try migrator.migrate(connection)
+    } else {
+        let pending = try migrator.pending(connection)
+        if !pending.isEmpty {
+            throw CommandFailure(message: "the database schema is not current (\(pending.count) migrations pending, first \(pending[0])); run 'permaudit migrate'")
+        }
+    }
+    return connection
+}
+
+enum DbCommand: Command {
+    static let name = "db"
+    static let abstract = "Manage the embedded PostgreSQL cluster (start, stop, status, url)."
+    static let usage = "permaudit db start|stop|status|url"
+    static let discussion = """
+        The embedded cluster lives in $PERMAUDIT_HOME (default ./.permaudit) and listens on a Unix
+        socket only. Commands create and start it on first use when neither --database-url nor
+        DATABASE_URL is given. As root, the server runs as the 'postgres' user.
+        """
+    static let options: [(String, String)] = []
+    static let valueOptions: Set<String> = []
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        guard arguments.positionals.count == 1, let action = arguments.positionals.first else {
+            throw UsageError(message: "expected one of start, stop, status, url", usage: usage)
+        }
+        let cluster = EmbeddedCluster.fromEnvironment()
+        switch action {
+        case "start":
+            let url = try cluster.start()
+            print("running: \(url)")
+        case "stop":
+            try cluster.stop()
+            print("stopped")
+        case "status":
+            switch try cluster.status() {
+            case .notCreated: print("not created (\(cluster.home.path))")
+            case .stopped: print("stopped (\(cluster.dataDirectory.path))")
+            case let .running(pid): print("running (pid \(pid)): \(cluster.url)")
+            }
+        case "url":
+            print(cluster.url)
+        default:
+            throw UsageError(message: "unknown action '\(action)'; expected start, stop, status or url", usage: usage)
+        }
+        return 0
+    }
+}
+
+enum MigrateCommand: Command {
+    static let name = "migrate"
+    static let abstract = "Apply the numbered SQL migrations of sql/ that are not applied yet."
+    static let usage = "permaudit migrate [--database-url <url>]"
+    static let discussion = """
+        Each file is applied once, in order, in its own transaction, and recorded with its SHA-256
+        checksum in permaudit.schema_migrations. Editing an applied file is an error.
+        The directory is $PERMAUDIT_SQL_DIR, else the nearest sql/ above the working directory.
+        """
+    static let options = [databaseOption]
+    static let valueOptions: Set<String> = ["--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        try arguments.noPositionals()
+        let connection = try Database.connect(arguments.value("--database-url"))
+        let outcome: Migrator.Outcome
+        do {
+            outcome = try Migrator(directory: try Migrator.locateDirectory()).migrate(connection)
+        } catch let error as MigrationError {
+            throw CommandFailure(message: error.description)
+        }
+        for name in outcome.applied { print("applied \(name)") }
+        print("schema is current: \(outcome.applied.count) applied now, \(outcome.alreadyApplied) before")
+        return 0
+    }
+}
+
+enum AppendCommand: Command {
+    static let name = "append"
+    static let abstract = "Append one event (a wire-format JSON object) to the log."
+    static let usage = "permaudit append [<json>] [--database-url <url>]"
+    static let discussion = "The event is the argument, or standard input when there is none."
+    static let options = [databaseOption]
+    static let valueOptions: Set<String> = ["--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        guard arguments.positionals.count <= 1 else { throw UsageError(message: "expected at most one JSON event", usage: usage) }
+        let text = arguments.positionals.first ?? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        if case let .failure(problem) = EventValidator().validate(line: line) {
+            throw CommandFailure(message: problem.description)
+        }
+        let log = EventLog(connection: try openDatabase(arguments))
+        for result in try log.append([line]) {
+            switch result.status {
+            case .appended: print("appended \(result.eventId.uuidString.lowercased()) at position \(result.position ?? 0)")
+            case .duplicate: print("duplicate \(result.eventId.uuidString.lowercased()) (already stored)")
+            }
+        }
+        return 0
+    }
+}
+
+enum IngestCommand: Command {
+    static let name = "ingest"
+    static let abstract = "Append the events of NDJSON files (or standard input)."
+    static let usage = "permaudit ingest [<file> ...] [--rejects <file>] [--batch-size <n>] [--database-url <url>]"
+    static let discussion = """
+        Reads each file ('-' or none: standard input) line by line in bounded memory and prints
+        'appended N, duplicates D, rejected R'. By default all-or-nothing: if any line is invalid,
+        nothing from the input is stored, the first 100 errors are printed as 'LINE: field: rule'
+        and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
+        is written to FILE as {"input", "line", "reason", "raw"}, and the exit status is 3 when any
+        line was rejected.
+        """
+    static let options = [
+        ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
+        ("--batch-size <n>", "Events per write-path call (default 1000)."),
+        databaseOption,
+    ]
+    static let valueOptions: Set<String> = ["--rejects", "--batch-size", "--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        let inputs = arguments.positionals.isEmpty ? ["-"] : arguments.positionals
+        for input in inputs where input != "-" && !FileManager.default.isReadableFile(atPath: input) {
+            throw CommandFailure(message: "\(input): no such readable file")
+        }
+        let batchSize = try arguments.int("--batch-size", default: 1000, range: 1...10_000)
+        let ingestor = Ingestor(log: EventLog(connection: try openDatabase(arguments)))
+        ingestor.batchSize = batchSize
+        let prefixInput = inputs.count > 1
+        var printed = 0
+        var rejectsFile: FileHandle?
+        if let path = arguments.value("--rejects") {
+            ingestor.mode = .storeValid
+            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+                throw CommandFailure(message: "\(path): cannot create the rejects file")
+            }
+            rejectsFile = handle
+        }
+        ingestor.onReject = { rejection in
+            if let rejectsFile {
+                var line = "{\"input\":"
+                JSONValue.writeQuoted(rejection.input, to: &line)
+                line += ",\"line\":\(rejection.line),\"reason\":"
+                JSONValue.writeQuoted(rejection.reason, to: &line)
+                line += ",\"raw\":"
+                JSONValue.writeQuoted(String(decoding: rejection.raw, as: UTF8.self), to: &line)
+                line += "}\n"
+                rejectsFile.write(Data(line.utf8))
+            } else if printed < 100 {
+                printed += 1
+                printError((prefixInput ? "\(rejection.input):" : "") + "\(rejection.line): \(rejection.reason)")
+            }
+        }
+        if isatty(2) == 1 {
+            ingestor.onProgress = { summary in
+                FileHandle.standardError.write(Data("\r\(summary.lines) lines: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)".utf8))
+            }
+        }
+        let summary = try ingestor.ingest(inputs)
+        try rejectsFile?.close()
+        if isatty(2) == 1 { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if rejectsFile == nil && summary.rejected > printed {
+            printError("... and \(summary.rejected - printed) more")
+        }
+        print("appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)")
+        if summary.rejected > 0 {
+            if rejectsFile == nil { printError("nothing was stored: fix the lines above, or use --rejects FILE to store the valid lines") }
+            return rejectsFile == nil ? 1 : 3
+        }
+        return 0
+    }
+}
+
+enum EventsCommand: Command {
+    static let name = "events"
+    static let abstract = "Print stored events in committed order as NDJSON, with positions."
+    static let usage = "permaudit events [--limit <n>] [--database-url <url>]"
+    static let discussion = """
+        Each line is {"position", "transactionId", "stream", "streamVersion", "recordedAt", "event"},
+        where event is the stored wire-format event (without subject, which the log never holds).
+        """
+    static let options = [("--limit <n>", "Print at most n events (default: all)."), databaseOption]
+    static let valueOptions: Set<String> = ["--limit", "--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        try arguments.noPositionals()
+        var remaining = try arguments.int("--limit", default: Int.max, range: 0...Int.max)
+        let log = EventLog(connection: try openDatabase(arguments))
+        let out = OutputBuffer()
+        var checkpoint = EventLog.Checkpoint.start
+        while remaining > 0 {
+            let page = try log.read(after: checkpoint, limit: min(remaining, 1000))
+            if page.isEmpty { break }
+            for event in page {
+                out.write("{\"position\":\(event.position),\"transactionId\":\"\(event.transactionId)\",\"stream\":\(event.streamKey),\"streamVersion\":\(event.streamVersion),\"recordedAt\":\"\(PostgresTimestamp.format(event.recordedAt))\",\"event\":\(event.payload)}\n")
+            }
+            remaining -= page.count
+            checkpoint = page[page.count - 1].checkpoint
+        }
+        out.flush()
+        return 0
+    }
+}

@@ -1,0 +1,76 @@
+import EventLog
+import Foundation
+import Postgres
+
+let version = "0.1.0"
+
+let commands: [any Command.Type] = [
+    DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self,
+]
+
+let topHelp = """
+    OVERVIEW: PermissionAudit: the event-sourced log of photo-library permission requests, and the analytics on it.
+
+    USAGE: permaudit <subcommand>
+
+    OPTIONS:
+      --version                 Show the version.
+      -h, --help                Show help information.
+
+    SUBCOMMANDS:
+    \(commands.map { "  " + $0.name.padding(toLength: 24, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))
+
+      See 'permaudit help <subcommand>' for detailed help.
+    """
+
+@MainActor func main() -> Int32 {
+    var arguments = Array(CommandLine.arguments.dropFirst())
+    guard let first = arguments.first else {
+        print(topHelp)
+        return 0
+    }
+    if first == "--version" { print(version); return 0 }
+    if first == "-h" || first == "--help" { print(topHelp); return 0 }
+    if first == "help" {
+        guard arguments.count > 1 else { print(topHelp); return 0 }
+        guard let command = commands.first(where: { $0.name == arguments[1] }) else {
+            printError("Error: unknown subcommand '\(arguments[1])'\nUsage: permaudit <subcommand>")
+            return 64
+        }
+        print(command.help, terminator: "")
+        return 0
+    }
+    guard let command = commands.first(where: { $0.name == first }) else {
+        printError("Error: unknown subcommand '\(first)'\nUsage: permaudit <subcommand>\n  See 'permaudit --help'.")
+        return 64
+    }
+    arguments.removeFirst()
+    if arguments.contains("-h") || arguments.contains("--help") {
+        print(command.help, terminator: "")
+        return 0
+    }
+    do {
+        let flagOptions = Set(command.options.map(\.0).flatMap { $0.split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } })
+            .subtracting(command.valueOptions)
+        let parsed = try ParsedArguments(arguments, valueOptions: command.valueOptions, flagOptions: flagOptions, usage: command.usage)
+        return try command.run(parsed)
+    } catch let error as UsageError {
+        printError("Error: \(error.message)\nUsage: \(error.usage)\n  See 'permaudit help \(command.name)'.")
+        return 64
+    } catch let error as CommandFailure {
+        printError("Error: \(error.message)")
+        return error.exitCode
+    } catch let error as AppendError {
+        printError("Error: \(error.description)")
+        return 1
+    } catch let error as PostgresError {
+        printError("Error: \(error.description)")
+        return 1
+    } catch {
+        printError("Error: \(error)")
+        return 1
+    }
+}
+
+
+exit(main())
