@@ -22,9 +22,11 @@ let package = Package(
             dependencies: ["Postgres", "PermissionEvents"]
         ),
         .executableTarget(name: "permaudit", dependencies: ["EventLog", "PermissionEvents", "Postgres"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "EventLog"]),
-        .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents"]),
-        .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres"]),
+        .target(name: "TestSupport", dependencies: ["EventLog", "Postgres"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
+        .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),
+        .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -22,11 +22,13 @@ public final class EventLog {
     /// Appends wire-format events (each a JSON object text) in one call of the write path.
     /// Throws `AppendError` for an invalid event, an id conflict or a wrong expected version;
     /// then nothing of the batch is stored.
+    @discardableResult
     public func append(_ events: [String], expectedVersion: Int64? = nil) throws -> [AppendResult] {
         try append(jsonArray: "[" + events.joined(separator: ",") + "]", expectedVersion: expectedVersion)
     }
 
     /// Appends a JSON array text of wire-format events.
+    @discardableResult
     public func append(jsonArray: String, expectedVersion: Int64? = nil) throws -> [AppendResult] {
         do {
             let rows: QueryResult

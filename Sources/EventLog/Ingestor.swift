@@ -28,6 +28,12 @@ public final class Ingestor {
         public var duplicates = 0
         public var rejected = 0
         public var lines = 0
+        public init(appended: Int = 0, duplicates: Int = 0, rejected: Int = 0, lines: Int = 0) {
+            self.appended = appended
+            self.duplicates = duplicates
+            self.rejected = rejected
+            self.lines = lines
+        }
     }
 
     public var mode: Mode = .allOrNothing

@@ -70,6 +70,7 @@ public final class Connection {
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         try execute("BEGIN")
         do {
@@ -84,6 +85,7 @@ public final class Connection {
 
     /// Runs `body` inside a savepoint of the current transaction: released when it returns,
     /// rolled back to when it throws (the transaction itself stays usable).
+    @discardableResult
     public func savepoint<T>(_ name: String = "permaudit_savepoint", _ body: () throws -> T) throws -> T {
         try execute("SAVEPOINT \(name)")
         do {

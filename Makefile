@@ -1,0 +1,39 @@
+# PermissionAudit: `make demo` runs the main job on the embedded database, `make test` runs the suite.
+# Both install the Debian packages they need when run as root, else print the command to run.
+
+SWIFT ?= swift
+DEBIAN_PACKAGES := libpq-dev postgresql
+TEST_HOME := .build/permaudit-test
+
+.PHONY: deps build release test bench-build clean
+
+deps:
+	@missing=""; \
+	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			echo "Installing Debian packages:$$missing"; \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+		else \
+			echo "Missing Debian packages:$$missing"; \
+			echo "Run: sudo apt-get update && sudo apt-get install -y$$missing"; \
+			exit 1; \
+		fi; \
+	fi
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release
+
+# The suite starts its own embedded PostgreSQL under $(TEST_HOME) and stops it afterwards.
+test: deps
+	@status=0; $(SWIFT) test || status=$$?; \
+	if [ -x .build/debug/permaudit ]; then PERMAUDIT_HOME=$(TEST_HOME) .build/debug/permaudit db stop >/dev/null 2>&1 || true; fi; \
+	exit $$status
+
+clean:
+	-PERMAUDIT_HOME=$(TEST_HOME) .build/debug/permaudit db stop
+	-.build/debug/permaudit db stop
+	rm -rf .build .permaudit

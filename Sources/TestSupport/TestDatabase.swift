@@ -1,0 +1,52 @@
+import EventLog
+import Foundation
+import Postgres
+
+/// Databases for tests: the test run starts its own embedded cluster (the same code the CLI
+/// uses) under `.build/permaudit-test`, migrates a template database once per process, and
+/// gives each test a fresh copy of it.
+public enum TestDatabase {
+    /// The cluster and the migrated template, prepared once per test process.
+    private static let prepared: Result<EmbeddedCluster, any Error> = Result {
+        let cluster = EmbeddedCluster(home: packageRoot.appendingPathComponent(".build/permaudit-test"))
+        try cluster.start()
+        let admin = try Connection(url: cluster.url(database: "postgres"))
+        try admin.execute("drop database if exists permaudit_template with (force)")
+        try admin.execute("create database permaudit_template")
+        let template = try Connection(url: cluster.url(database: "permaudit_template"))
+        try Migrator(directory: sqlDirectory).migrate(template)
+        return cluster
+    }
+
+    public static var cluster: EmbeddedCluster {
+        get throws { try prepared.get() }
+    }
+
+    /// A new, migrated database; returns its URL.
+    public static func create(migrated: Bool = true) throws -> String {
+        let cluster = try cluster
+        let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
+        let admin = try Connection(url: cluster.url(database: "postgres"))
+        try admin.execute("create database \"\(name)\" template \(migrated ? "permaudit_template" : "template0")")
+        return cluster.url(database: String(name))
+    }
+
+    /// Drops a database made by `create` (best effort, for tear-down).
+    public static func drop(_ url: String) {
+        guard let cluster = try? cluster, let name = url.split(separator: "?").first?.split(separator: "/").last else { return }
+        let admin = try? Connection(url: cluster.url(database: "postgres"))
+        try? admin?.execute("drop database if exists \"\(name)\" with (force)")
+    }
+
+    /// The repository root (where Package.swift is).
+    public static let packageRoot: URL = {
+        var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        while directory.path != "/" {
+            if FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path) { return directory }
+            directory.deleteLastPathComponent()
+        }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+    }()
+
+    public static var sqlDirectory: URL { packageRoot.appendingPathComponent("sql") }
+}

@@ -1,0 +1,198 @@
+import EventLog
+import Foundation
+import PermissionEvents
+import Postgres
+import TestSupport
+import XCTest
+
+final class AppendTests: XCTestCase {
+    var url = ""
+    var db: Connection!
+    var log: EventLog!
+
+    override func setUpWithError() throws {
+        url = try TestDatabase.create()
+        db = try Connection(url: url)
+        log = EventLog(connection: db)
+    }
+
+    override func tearDown() {
+        db = nil
+        log = nil
+        TestDatabase.drop(url)
+    }
+
+    func count() throws -> Int { try db.query("select count(*) from audit.events").scalar() }
+
+    func testAppendAssignsPositionsAndContiguousStreamVersions() throws {
+        let events = (0..<5).map { i in EventFixtures.event(subject: i % 2 == 0 ? "inst-a" : "inst-b") }
+        let results = try log.append(events)
+        XCTAssertEqual(results.map(\.status), Array(repeating: .appended, count: 5))
+        XCTAssertEqual(results.compactMap(\.position), results.compactMap(\.position).sorted())
+        let versions = try db.query("""
+            select array_agg(stream_version order by position)::text
+              from audit.events group by stream_key order by min(position)
+            """).decode(String.self)
+        XCTAssertEqual(versions, ["{0,1,2}", "{0,1}"])
+        // The raw subject is held by the link table only.
+        XCTAssertEqual(try db.query("select count(*) from audit.events where payload::text like '%inst-a%'").scalar(Int.self), 0)
+        XCTAssertEqual(try db.query("select count(*) from audit.subject_streams").scalar(Int.self), 2)
+    }
+
+    func testIdenticalResendIsDuplicateAndDifferentContentIsConflict() throws {
+        let id = UUID()
+        let event = EventFixtures.event(id: id)
+        XCTAssertEqual(try log.append([event]).first?.status, .appended)
+        let again = try log.append([event, event])
+        XCTAssertEqual(again.map(\.status), [.duplicate, .duplicate])
+        XCTAssertEqual(again.map(\.position), [nil, nil])
+        // Key order and whitespace do not make content different (jsonb equality).
+        let reordered = try log.append([" " + event.replacingOccurrences(of: ",", with: " , ")])
+        XCTAssertEqual(reordered.first?.status, .duplicate)
+
+        XCTAssertThrowsError(try log.append([EventFixtures.event(id: id, occurredAt: "2026-10-03T09:15:28Z")])) { error in
+            guard let error = error as? AppendError else { return XCTFail("\(error)") }
+            XCTAssertEqual(error.kind, .conflict)
+            XCTAssertEqual(error.index, 0)
+            XCTAssertTrue(error.reason.hasPrefix("eventId: "), error.reason)
+        }
+        // Same id, same content, other install: a conflict too.
+        XCTAssertThrowsError(try log.append([EventFixtures.event(id: id, subject: "inst-other")]))
+        // A conflict inside one batch.
+        let other = UUID()
+        XCTAssertThrowsError(try log.append([EventFixtures.event(id: other), EventFixtures.event(id: other, type: "permission.granted")])) { error in
+            XCTAssertEqual((error as? AppendError)?.index, 1)
+        }
+        XCTAssertEqual(try count(), 1)
+    }
+
+    func testEveryDefectIsRejectedByTheDatabaseNamingFieldAndRule() throws {
+        try log.append([EventFixtures.event()])
+        for defect in EventFixtures.defects {
+            let batch = [EventFixtures.event(), defect.json]
+            XCTAssertThrowsError(try log.append(batch), defect.name) { error in
+                guard let error = error as? AppendError else { return XCTFail("\(defect.name): \(error)") }
+                XCTAssertEqual(error.kind, .invalidEvent, defect.name)
+                XCTAssertEqual(error.index, 1, defect.name)
+                XCTAssertTrue(error.reason.hasPrefix(defect.field + ": "), "\(defect.name): \(error.reason)")
+                XCTAssertFalse(error.underlying.description.contains("inst-1"), "errors never quote the payload")
+            }
+        }
+        XCTAssertEqual(try count(), 1, "nothing stored from a rejected batch")
+    }
+
+    func testSwiftAndSQLValidatorsAgree() throws {
+        let validator = EventValidator()
+        for defect in EventFixtures.defects where defect.name != "not an object" {
+            let swift = validator.validate(line: defect.json)
+            let sql = try db.query("select audit.event_problem($1::jsonb)", [defect.json]).scalar(String?.self)
+            guard case let .failure(problem) = swift else { XCTFail("\(defect.name): Swift accepted"); continue }
+            if defect.name == "absurd nesting" {
+                XCTAssertEqual(sql, "event: nesting deeper than 16 levels")
+            } else {
+                XCTAssertEqual(sql, problem.description, defect.name)
+            }
+        }
+        for type in EventType.allCases {
+            XCTAssertNil(try db.query("select audit.event_problem($1::jsonb)", [EventFixtures.event(type: type.rawValue)]).scalar(String?.self), type.rawValue)
+        }
+    }
+
+    func testMalformedInputToTheWritePath() throws {
+        XCTAssertThrowsError(try log.append(jsonArray: "{\"not\":\"an array\"}")) { error in
+            XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)
+        }
+        XCTAssertThrowsError(try log.append(jsonArray: "[{\"a\":\"\\u0000\"}]")) { error in
+            // PostgreSQL refuses NUL in jsonb before the function runs.
+            XCTAssertNotNil(error as? PostgresError)
+        }
+        XCTAssertEqual(try log.append(jsonArray: "[]"), [])
+    }
+
+    func testSQLLookingStringsAreStoredAsData() throws {
+        let nasty = "x'); drop table audit.events; --"
+        let json = EventFixtures.event(subject: nasty, overrides: ["attributes": "{\"note\":\"'; delete from audit.events; --\"}"])
+        XCTAssertEqual(try log.append([json]).first?.status, .appended)
+        XCTAssertEqual(try db.query("select subject from audit.subject_streams").scalar(String.self), nasty)
+        XCTAssertEqual(try db.query("select payload->'attributes'->>'note' from audit.events").scalar(String.self), "'; delete from audit.events; --")
+    }
+
+    func testExpectedVersion() throws {
+        let first = try log.append([EventFixtures.event(subject: "s")], expectedVersion: -1)
+        XCTAssertEqual(first.first?.status, .appended)
+        _ = try log.append([EventFixtures.event(subject: "s"), EventFixtures.event(subject: "s")], expectedVersion: 0)
+        XCTAssertThrowsError(try log.append([EventFixtures.event(subject: "s")], expectedVersion: 0)) { error in
+            guard let error = error as? AppendError else { return XCTFail("\(error)") }
+            XCTAssertEqual(error.kind, .wrongExpectedVersion)
+            XCTAssertEqual(error.underlying.code.rawValue, "PA003")
+        }
+        XCTAssertThrowsError(try log.append([EventFixtures.event(subject: "s"), EventFixtures.event(subject: "t")], expectedVersion: 2)) { error in
+            XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)
+        }
+        XCTAssertEqual(try log.append([EventFixtures.event(subject: "s")], expectedVersion: 2).first?.status, .appended)
+    }
+
+    func testTheLogIsImmutableForEveryRoleAndInReplicaMode() throws {
+        try log.append([EventFixtures.event()])
+        for statement in ["update audit.events set type = 'x'", "delete from audit.events", "truncate audit.events"] {
+            XCTAssertThrowsError(try db.execute(statement), statement) { error in
+                XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010", statement)
+            }
+            XCTAssertThrowsError(try db.execute("set session_replication_role = replica; \(statement)"), statement)
+            try db.execute("reset session_replication_role")
+        }
+        XCTAssertEqual(try count(), 1)
+    }
+
+    func testConcurrentWritersWithOverlappingBatches() throws {
+        // 8 writers, each appending 20 batches of 25 events drawn from a shared pool of 300 ids
+        // over 10 installs: every event stored once, every stream contiguous, no error surfaced.
+        let pool = (0..<300).map { i in EventFixtures.event(id: UUID(), subject: "inst-\(i % 10)") }
+        let url = self.url
+        let failures = LockedList()
+        DispatchQueue.concurrentPerform(iterations: 8) { writer in
+            do {
+                let log = EventLog(connection: try Connection(url: url))
+                var generator = SeededGenerator(seed: UInt64(writer + 1))
+                for _ in 0..<20 {
+                    let batch = (0..<25).map { _ in pool[Int.random(in: 0..<pool.count, using: &generator)] }
+                    _ = try log.append(batch)
+                }
+                _ = try log.append(pool)  // and finally everything, so all ids are stored
+            } catch {
+                failures.append("writer \(writer): \(error)")
+            }
+        }
+        XCTAssertEqual(failures.items, [])
+        XCTAssertEqual(try count(), 300)
+        let gaps = try db.query("""
+            select count(*) from (
+                select stream_key, count(*) as n, max(stream_version) as top, min(stream_version) as bottom
+                  from audit.events group by stream_key) s
+             where bottom <> 0 or top <> n - 1
+            """).scalar(Int.self)
+        XCTAssertEqual(gaps, 0)
+        XCTAssertEqual(try db.query("select count(*) from audit.subject_streams s where next_version <> (select count(*) from audit.events e where e.stream_key = s.stream_key)").scalar(Int.self), 0)
+    }
+}
+
+/// A small deterministic generator (SplitMix64) for reproducible tests.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// A list shared by concurrent test workers; a lock guards every access.
+final class LockedList: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [String] = []
+    func append(_ item: String) { lock.lock(); storage.append(item); lock.unlock() }
+    var items: [String] { lock.lock(); defer { lock.unlock() }; return storage }
+}

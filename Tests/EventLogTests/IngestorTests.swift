@@ -1,0 +1,111 @@
+import EventLog
+import Foundation
+import PermissionEvents
+import Postgres
+import TestSupport
+import XCTest
+
+final class IngestorTests: XCTestCase {
+    var url = ""
+    var db: Connection!
+    var directory: URL!
+
+    override func setUpWithError() throws {
+        url = try TestDatabase.create()
+        db = try Connection(url: url)
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-ingest-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        db = nil
+        try? FileManager.default.removeItem(at: directory)
+        TestDatabase.drop(url)
+    }
+
+    func write(_ lines: [String], name: String = "events.ndjson") throws -> String {
+        let path = directory.appendingPathComponent(name).path
+        try (lines.joined(separator: "\n") + "\n").write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    func ingestor(_ mode: Ingestor.Mode = .allOrNothing, batchSize: Int = 7) throws -> (Ingestor, LockedList) {
+        let ingestor = Ingestor(log: EventLog(connection: try Connection(url: url)))
+        ingestor.mode = mode
+        ingestor.batchSize = batchSize
+        let rejections = LockedList()
+        ingestor.onReject = { rejections.append("\($0.line): \($0.reason)") }
+        return (ingestor, rejections)
+    }
+
+    func count() throws -> Int { try db.query("select count(*) from audit.events").scalar() }
+
+    func testReingestingTheSameFileAppendsNothing() throws {
+        let path = try write((0..<50).map { EventFixtures.event(subject: "s\($0 % 4)") })
+        let (first, _) = try ingestor()
+        XCTAssertEqual(try first.ingest([path]), Ingestor.Summary(appended: 50, duplicates: 0, rejected: 0, lines: 50))
+        let (second, _) = try ingestor()
+        XCTAssertEqual(try second.ingest([path]), Ingestor.Summary(appended: 0, duplicates: 50, rejected: 0, lines: 50))
+        XCTAssertEqual(try count(), 50)
+    }
+
+    func testAllOrNothingStoresNothingAndNamesTheLines() throws {
+        var lines = (0..<30).map { _ in EventFixtures.event() }
+        lines[3] = "{not json"
+        lines[20] = EventFixtures.event(occurredAt: "yesterday")
+        lines.append("")  // blank lines are skipped
+        let (ingestor, rejections) = try ingestor()
+        let summary = try ingestor.ingest([try write(lines)])
+        XCTAssertEqual(summary.appended, 0)
+        XCTAssertEqual(summary.rejected, 2)
+        XCTAssertEqual(rejections.items.count, 2)
+        XCTAssertTrue(rejections.items[0].hasPrefix("4: event: malformed JSON"), rejections.items[0])
+        XCTAssertTrue(rejections.items[1].hasPrefix("21: occurredAt: "), rejections.items[1])
+        XCTAssertEqual(try count(), 0)
+    }
+
+    func testConflictWithStoredEventFailsAllOrNothing() throws {
+        let id = UUID()
+        try EventLog(connection: db).append([EventFixtures.event(id: id)])
+        var lines = (0..<20).map { _ in EventFixtures.event() }
+        lines[12] = EventFixtures.event(id: id, type: "permission.granted")
+        let (ingestor, rejections) = try ingestor()
+        let summary = try ingestor.ingest([try write(lines)])
+        XCTAssertEqual(summary.rejected, 1)
+        XCTAssertEqual(summary.appended, 0)
+        XCTAssertEqual(rejections.items, ["13: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(try count(), 1)
+    }
+
+    func testRejectsModeStoresTheValidLines() throws {
+        let id = UUID()
+        let stored = EventFixtures.event(id: id)
+        try EventLog(connection: db).append([stored])
+        var lines = (0..<40).map { _ in EventFixtures.event() }
+        lines[5] = EventFixtures.event(overrides: ["platform": "\"windows\""])
+        lines[17] = EventFixtures.event(id: id, type: "permission.granted")  // conflict found by the database
+        lines[18] = stored                                                  // an identical re-send
+        let (ingestor, rejections) = try ingestor(.storeValid)
+        let summary = try ingestor.ingest([try write(lines)])
+        XCTAssertEqual(summary, Ingestor.Summary(appended: 37, duplicates: 1, rejected: 2, lines: 40))
+        XCTAssertEqual(rejections.items.map { $0.split(separator: ":").first! }, ["6", "18"])
+        XCTAssertEqual(try count(), 38)
+    }
+
+    func testLongLinesAreRejectedWithoutReadingThemWhole() throws {
+        let huge = "{\"eventId\":\"" + String(repeating: "x", count: 300_000) + "\"}"
+        let path = try write([EventFixtures.event(), huge, EventFixtures.event()])
+        let (ingestor, rejections) = try ingestor(.storeValid)
+        let summary = try ingestor.ingest([path])
+        XCTAssertEqual(summary.appended, 2)
+        XCTAssertEqual(rejections.items, ["2: event: must be at most 16 KiB of JSON"])
+    }
+
+    func testManyFilesAndLastLineWithoutNewline() throws {
+        let a = try write((0..<10).map { _ in EventFixtures.event() }, name: "a.ndjson")
+        let b = directory.appendingPathComponent("b.ndjson").path
+        try ((0..<3).map { _ in EventFixtures.event() }.joined(separator: "\n")).write(toFile: b, atomically: true, encoding: .utf8)
+        let (ingestor, _) = try ingestor()
+        XCTAssertEqual(try ingestor.ingest([a, b]).appended, 13)
+    }
+}

@@ -1,0 +1,90 @@
+import Foundation
+import PermissionEvents
+import TestSupport
+import XCTest
+
+final class EventValidatorTests: XCTestCase {
+    let validator = EventValidator()
+
+    func testSampleEventsAreValid() throws {
+        let path = TestDatabase.packageRoot.deletingLastPathComponent().appendingPathComponent("shared/examples/sample-events.ndjson")
+        let text = try String(contentsOf: path, encoding: .utf8)
+        var count = 0
+        for (number, line) in text.split(separator: "\n").enumerated() {
+            if case let .failure(problem) = validator.validate(line: String(line)) {
+                XCTFail("line \(number + 1): \(problem)")
+            }
+            count += 1
+        }
+        XCTAssertGreaterThan(count, 100)
+    }
+
+    func testFixtureIsValid() {
+        for type in EventType.allCases {
+            let json = EventFixtures.event(type: type.rawValue)
+            if case let .failure(problem) = validator.validate(line: json) { XCTFail("\(type): \(problem)") }
+        }
+    }
+
+    func testEveryDefectClassNamesFieldAndRule() {
+        for defect in EventFixtures.defects {
+            switch validator.validate(line: defect.json) {
+            case .success: XCTFail("\(defect.name): accepted")
+            case let .failure(problem):
+                XCTAssertEqual(problem.field, defect.field, "\(defect.name): \(problem)")
+                XCTAssertFalse(problem.rule.isEmpty)
+            }
+        }
+    }
+
+    func testMalformedJSONInvalidUTF8AndNUL() {
+        for text in ["{", "{\"a\":}", "{\"a\":1,}", "nul", "{\"a\":01}", "{\"a\":\"\\x\"}", "{} {}", "{\"a\":\"\\ud800\"}"] {
+            guard case let .failure(problem) = validator.validate(line: text) else { return XCTFail("accepted \(text)") }
+            XCTAssertEqual(problem.field, "event")
+            XCTAssertTrue(problem.rule.hasPrefix("malformed JSON"), problem.rule)
+        }
+        let invalidUTF8: [UInt8] = Array("{\"eventId\":\"".utf8) + [0xC3, 0x28] + Array("\"}".utf8)
+        let parsed = invalidUTF8.withUnsafeBufferPointer { try? JSONParser.parse(bytes: $0) }
+        XCTAssertNil(parsed)
+        do {
+            _ = try invalidUTF8.withUnsafeBufferPointer { try JSONParser.parse(bytes: $0) }
+        } catch let error as JSONSyntaxError {
+            XCTAssertEqual(error.reason, "invalid UTF-8")
+            XCTAssertEqual(error.offset, 12)
+        } catch { XCTFail("\(error)") }
+        let nul = EventFixtures.event(overrides: ["flow": "\"a\\u0000b\""])
+        guard case let .failure(problem) = validator.validate(line: nul) else { return XCTFail("NUL accepted") }
+        XCTAssertEqual(problem.description, "flow: must not contain a NUL character")
+    }
+
+    func testSQLLookingStringsAreJustData() {
+        let json = EventFixtures.event(subject: "x'); drop table audit.events; --", overrides: ["attributes": "{\"note\":\"' or 1=1 --\"}"])
+        guard case let .success(event) = validator.validate(line: json) else { return XCTFail("rejected") }
+        XCTAssertEqual(event.subject, "x'); drop table audit.events; --")
+    }
+
+    func testFutureSkewBoundary() {
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let strict = EventValidator(now: now)
+        let formatter = ISO8601DateFormatter()
+        let inside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(23 * 3600)))
+        let outside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(25 * 3600)))
+        if case .failure = strict.validate(line: inside) { XCTFail("23 h ahead rejected") }
+        if case .success = strict.validate(line: outside) { XCTFail("25 h ahead accepted") }
+    }
+
+    func testOsMajorAndDimensions() {
+        let json = EventFixtures.event(overrides: ["osVersion": "\"17.4.1\"", "platform": "\"ios\"", "permission": "\"ios.photos.readWrite\""])
+        guard case let .success(event) = validator.validate(line: json) else { return XCTFail("rejected") }
+        XCTAssertEqual(event.osMajor, 17)
+        XCTAssertEqual(event.platform, .ios)
+        XCTAssertEqual(event.permission, .iosReadWrite)
+        XCTAssertEqual(event.experiments, ["priming-2026": "treatment"])
+    }
+
+    func testJsonbTextLengthMatchesPostgresRendering() throws {
+        // jsonb::text of {"a": [1, 2], "b": {"c": "x\"y"}} as PostgreSQL prints it.
+        let value = try JSONParser.parse("{\"b\":{\"c\":\"x\\\"y\"},\"a\":[1,2]}")
+        XCTAssertEqual(value.jsonbTextLength, "{\"a\": [1, 2], \"b\": {\"c\": \"x\\\"y\"}}".utf8.count)
+    }
+}

@@ -1,0 +1,122 @@
+import Foundation
+import Postgres
+import TestSupport
+import XCTest
+
+final class ConnectionTests: XCTestCase {
+    var url = ""
+    override func setUpWithError() throws { url = try TestDatabase.create(migrated: false) }
+    override func tearDown() { TestDatabase.drop(url) }
+
+    func testParameterisedQueryAndTypedDecoding() throws {
+        let db = try Connection(url: url)
+        let rows = try db.query(
+            "select $1::int + 1, $2::text, $3::bool, $4::uuid, null::text, $5::float8, '2026-10-03 09:15:27.12+00'::timestamptz",
+            [41, "it's \"quoted\"; drop table x", true, UUID(uuidString: "5B0C1F4E-2D7A-4C1B-9A3E-0F6D2B8C7E11")!, 2.5]
+        )
+        let decoded = try rows.decode((Int, String, Bool, UUID, String?, Double, Date).self)
+        XCTAssertEqual(decoded.count, 1)
+        let row = decoded[0]
+        XCTAssertEqual(row.0, 42)
+        XCTAssertEqual(row.1, "it's \"quoted\"; drop table x")
+        XCTAssertTrue(row.2)
+        XCTAssertEqual(row.3.uuidString, "5B0C1F4E-2D7A-4C1B-9A3E-0F6D2B8C7E11")
+        XCTAssertNil(row.4)
+        XCTAssertEqual(row.5, 2.5)
+        XCTAssertEqual(row.6.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
+    }
+
+    func testDecodingFailureNamesColumnAndType() throws {
+        let db = try Connection(url: url)
+        XCTAssertThrowsError(try db.query("select 'abc' as word").decode(Int.self)) { error in
+            let message = (error as? PostgresError)?.message ?? ""
+            XCTAssertTrue(message.contains("column 0 (word)"), message)
+            XCTAssertTrue(message.contains("Int"), message)
+        }
+        XCTAssertThrowsError(try db.query("select null::int as n").scalar(Int.self))
+    }
+
+    func testErrorsCarrySQLStateMessageAndDetail() throws {
+        let db = try Connection(url: url)
+        try db.execute("create table t (id int primary key)")
+        try db.query("insert into t values ($1)", [1])
+        XCTAssertThrowsError(try db.query("insert into t values ($1)", [1])) { error in
+            guard let error = error as? PostgresError else { return XCTFail("\(error)") }
+            XCTAssertEqual(error.code, .uniqueViolation)
+            XCTAssertTrue(error.message.contains("duplicate key"))
+            XCTAssertNotNil(error.detail)
+            // The plain description never carries the detail (it may quote data).
+            XCTAssertFalse(error.description.contains("(id)=(1)"))
+        }
+        XCTAssertTrue(db.isOpen, "an SQL error leaves the connection usable")
+        XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
+    }
+
+    func testConnectionFailureIsReported() {
+        XCTAssertThrowsError(try Connection(url: "postgresql:///nope?host=/nonexistent-dir")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .connectionFailure)
+        }
+    }
+
+    func testTransactionsCommitAndRollBack() throws {
+        let db = try Connection(url: url)
+        try db.execute("create table t (id int)")
+        try db.transaction { try db.query("insert into t values (1)") }
+        struct Boom: Error {}
+        XCTAssertThrowsError(try db.transaction {
+            try db.query("insert into t values (2)")
+            throw Boom()
+        })
+        try db.transaction {
+            try db.query("insert into t values (3)")
+            _ = try? db.savepoint { try db.query("insert into t values ('x')") }
+        }
+        XCTAssertEqual(try db.query("select array_agg(id order by id)::text from t").scalar(String.self), "{1,3}")
+    }
+
+    func testCopyInAndOut() throws {
+        let db = try Connection(url: url)
+        try db.execute("create table t (id int, name text)")
+        let copied = try db.copyIn("copy t from stdin") { writer in
+            for i in 0..<10_000 { try writer.write("\(i)\tname \(i)\n") }
+        }
+        XCTAssertEqual(copied, 10_000)
+        var bytes = 0
+        var rows = 0
+        let out = try db.copyOut("copy (select * from t order by id) to stdout") { row in
+            bytes += row.count
+            rows += 1
+        }
+        XCTAssertEqual(out, 10_000)
+        XCTAssertEqual(rows, 10_000)
+        XCTAssertGreaterThan(bytes, 10_000 * 8)
+        XCTAssertThrowsError(try db.copyIn("copy t from stdin") { try $0.write("not-a-number\tx\n") })
+        XCTAssertEqual(try db.query("select count(*) from t").scalar(Int.self), 10_000)
+    }
+
+    func testListenNotify() throws {
+        let listener = try Connection(url: url)
+        let sender = try Connection(url: url)
+        try listener.listen("permaudit_test")
+        XCTAssertNil(try listener.waitForNotification(timeout: 0.1))
+        try sender.notify("permaudit_test", payload: "hello")
+        let notification = try listener.waitForNotification(timeout: 5)
+        XCTAssertEqual(notification?.channel, "permaudit_test")
+        XCTAssertEqual(notification?.payload, "hello")
+        XCTAssertEqual(notification?.senderPID, sender.backendPID)
+    }
+
+    func testAsynchronousSend() throws {
+        let db = try Connection(url: url)
+        try db.sendQuery("select $1::int * 2", [21])
+        XCTAssertEqual(try db.receiveResult().scalar(Int.self), 42)
+    }
+
+    func testTimestampTextRoundTrip() {
+        let date = Date(timeIntervalSince1970: 1_791_018_927.120_5)
+        let text = PostgresTimestamp.format(date)
+        XCTAssertEqual(text, "2026-10-03T09:15:27.120500Z")
+        XCTAssertEqual(PostgresTimestamp.parse(text)!.timeIntervalSince1970, date.timeIntervalSince1970, accuracy: 1e-6)
+        XCTAssertEqual(PostgresTimestamp.parse("2026-10-03 11:15:27+02")!.timeIntervalSince1970, 1_791_018_927, accuracy: 1e-6)
+    }
+}
