@@ -21,7 +21,8 @@ let package = Package(
             name: "EventLog",
             dependencies: ["Postgres", "PermissionEvents"]
         ),
-        .executableTarget(name: "permaudit", dependencies: ["EventLog", "PermissionEvents", "Postgres"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres"]),
+        .executableTarget(name: "permaudit", dependencies: ["EventLog", "PermissionEvents", "Postgres", "Benchmarks"]),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),

@@ -1,0 +1,98 @@
+import EventLog
+import Foundation
+import Postgres
+
+/// Shared pieces of the benchmarks: a scratch database, timing, memory, and a result table.
+public struct BenchmarkContext {
+    /// URL of the server's maintenance database (the benchmark creates and drops its own databases).
+    public var adminURL: String
+    public var log: (String) -> Void
+
+    public init(adminURL: String, log: @escaping (String) -> Void) {
+        self.adminURL = adminURL
+        self.log = log
+    }
+
+    /// A fresh, migrated database named `name`; returns its URL.
+    public func freshDatabase(_ name: String, migrated: Bool = true, sqlDirectory: URL) throws -> String {
+        let admin = try Connection(url: adminURL)
+        try admin.execute("drop database if exists \(name) with (force)")
+        try admin.execute("create database \(name)")
+        let url = BenchmarkContext.replaceDatabase(in: adminURL, with: name)
+        if migrated { try Migrator(directory: sqlDirectory).migrate(try Connection(url: url)) }
+        return url
+    }
+
+    public func dropDatabase(_ name: String) {
+        let admin = try? Connection(url: adminURL)
+        try? admin?.execute("drop database if exists \(name) with (force)")
+    }
+
+    static func replaceDatabase(in url: String, with name: String) -> String {
+        // postgresql://user@host:port/db?params or postgresql:///db?params
+        guard let schemeEnd = url.range(of: "://") else { return url + " dbname=\(name)" }
+        let afterScheme = url[schemeEnd.upperBound...]
+        let slash = afterScheme.firstIndex(of: "/") ?? afterScheme.endIndex
+        let query = afterScheme[slash...].firstIndex(of: "?") ?? afterScheme.endIndex
+        return String(url[..<slash]) + "/" + name + String(afterScheme[query...])
+    }
+}
+
+/// One measured line of a benchmark table.
+public struct BenchmarkRow: Sendable {
+    public var name: String
+    public var count: Int
+    public var seconds: Double
+    public var note: String = ""
+    public var rate: Double { seconds > 0 ? Double(count) / seconds : 0 }
+
+    public init(name: String, count: Int, seconds: Double, note: String = "") {
+        self.name = name
+        self.count = count
+        self.seconds = seconds
+        self.note = note
+    }
+}
+
+public enum BenchmarkReport {
+    /// A Markdown table: name, count, seconds, per second, ratio to `reference`.
+    public static func table(_ rows: [BenchmarkRow], reference: String) -> String {
+        let base = rows.first { $0.name == reference }?.rate ?? 0
+        var text = "| measurement | events | seconds | events/s | vs reference | note |\n|---|---:|---:|---:|---:|---|\n"
+        for row in rows {
+            let ratio = base > 0 ? String(format: "%.2fx", row.rate / base) : "-"
+            text += "| \(row.name) | \(row.count) | \(String(format: "%.2f", row.seconds)) | \(String(format: "%.0f", row.rate)) | \(ratio) | \(row.note) |\n"
+        }
+        return text
+    }
+
+    /// A one-line description of the machine, for BENCHMARKS.md.
+    public static var machine: String {
+        let cpu = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?
+            .split(separator: "\n").first { $0.hasPrefix("model name") }?
+            .split(separator: ":").last?.trimmingCharacters(in: .whitespaces) ?? "unknown CPU"
+        let memory = ProcessInfo.processInfo.physicalMemory / (1 << 30)
+        return "\(ProcessInfo.processInfo.activeProcessorCount) cores (\(cpu)), \(memory) GiB RAM"
+    }
+}
+
+/// Wall-clock seconds of `body`.
+public func measure(_ body: () throws -> Void) rethrows -> Double {
+    let start = DispatchTime.now().uptimeNanoseconds
+    try body()
+    return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+}
+
+/// Peak resident memory of this process so far, in MiB.
+public func peakResidentMiB() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_maxrss) / 1024
+}
+
+/// Current resident memory of this process, in MiB (from /proc/self/statm).
+public func currentResidentMiB() -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
+          let pages = Double(text.split(separator: " ")[1]) else { return 0 }
+    return pages * Double(sysconf(Int32(_SC_PAGESIZE))) / 1_048_576
+}

@@ -1,0 +1,103 @@
+import Foundation
+import Postgres
+
+/// Valid wire-format events of every type, fast and deterministic, for benchmarks: a spread of
+/// apps, installs, platforms and flows, grouped into attempts of a few events each.
+public struct SyntheticEvents {
+    public var subjects: Int
+    private var generator: SplitMix64
+    private var attemptEventsLeft = 0
+    private var attempt = ""
+    private var subject = 0
+    private var platformIsIOS = true
+    private var sequence: UInt64 = 0
+    private let start = Date(timeIntervalSince1970: 1_790_000_000)
+
+    public init(seed: UInt64, subjects: Int = 50_000) {
+        self.subjects = subjects
+        generator = SplitMix64(seed: seed)
+    }
+
+    static let apps = ["com.example.snap", "com.example.chat", "org.example.backup", "com.example.editor"]
+    static let flows = ["avatar", "chatAttachment", "backup", "gallery", "editorSave"]
+    static let iosTypes = ["prePermission.shown", "prePermission.accepted", "permission.prompted", "permission.granted",
+                           "permission.limited", "permission.denied", "picker.opened", "picker.completed"]
+    static let androidTypes = ["permission.prompted", "permission.granted", "permission.denied", "permission.limited",
+                               "picker.opened", "picker.cancelled", "settings.opened", "permission.statusObserved"]
+
+    /// A fresh random UUID text from the generator.
+    mutating func uuid() -> String {
+        let a = generator.next(), b = generator.next()
+        let hex = String(format: "%016llx%016llx", a, b)
+        let chars = Array(hex)
+        return String(chars[0..<8]) + "-" + String(chars[8..<12]) + "-4" + String(chars[13..<16]) + "-a" + String(chars[17..<20]) + "-" + String(chars[20..<32])
+    }
+
+    /// The next event as one JSON line (no newline), and its fields for a raw-COPY reference.
+    public mutating func next() -> Event {
+        if attemptEventsLeft == 0 {
+            attemptEventsLeft = 1 + Int(generator.next() % 4)
+            attempt = uuid()
+            subject = Int(generator.next() % UInt64(subjects))
+            platformIsIOS = generator.next() % 2 == 0
+        }
+        attemptEventsLeft -= 1
+        sequence += 1
+        let app = Self.apps[subject % Self.apps.count]
+        let types = platformIsIOS ? Self.iosTypes : Self.androidTypes
+        let type = types[Int(generator.next() % UInt64(types.count))]
+        let occurred = start.addingTimeInterval(Double(sequence) * 2.5)
+        let occurredAt = PostgresTimestamp.format(occurred)
+        let osVersion = platformIsIOS ? "\(15 + subject % 4).\(subject % 7)" : "\(11 + subject % 5)"
+        let appVersion = "5.\(subject % 6).0"
+        let flow = Self.flows[subject % Self.flows.count]
+        let permission: String? = type.hasPrefix("picker.") ? nil : (platformIsIOS ? "ios.photos.readWrite" : "android.READ_MEDIA_IMAGES")
+        var attributes = ""
+        switch type {
+        case "picker.opened": attributes = platformIsIOS ? "{\"picker\":\"phpicker\",\"selectionLimit\":1}" : "{\"picker\":\"androidPhotoPicker\",\"selectionLimit\":1}"
+        case "picker.completed": attributes = "{\"selectedCount\":1}"
+        case "permission.denied": attributes = "{\"permanent\":false}"
+        case "permission.prompted": attributes = "{\"dialogShown\":true}"
+        case "permission.statusObserved": attributes = "{\"status\":\"granted\"}"
+        default: break
+        }
+        let eventId = uuid()
+        var json = "{\"eventId\":\"\(eventId)\",\"type\":\"\(type)\",\"occurredAt\":\"\(occurredAt)\",\"app\":\"\(app)\",\"subject\":\"inst-\(subject)\",\"platform\":\"\(platformIsIOS ? "ios" : "android")\",\"osVersion\":\"\(osVersion)\",\"appVersion\":\"\(appVersion)\",\"attempt\":\"\(attempt)\""
+        if let permission { json += ",\"permission\":\"\(permission)\"" }
+        json += ",\"flow\":\"\(flow)\",\"experiments\":{\"priming-2026\":\"\(subject % 2 == 0 ? "control" : "treatment")\"}"
+        if !attributes.isEmpty { json += ",\"attributes\":\(attributes)" }
+        json += "}"
+        return Event(json: json, eventId: eventId, type: type, occurredAt: occurredAt, app: app, subject: subject,
+                     platform: platformIsIOS ? "ios" : "android", osMajor: Int(osVersion.prefix { $0 != "." })!,
+                     appVersion: appVersion, attempt: attempt, permission: permission, flow: flow)
+    }
+
+    public struct Event: Sendable {
+        public var json: String
+        public var eventId: String
+        public var type: String
+        public var occurredAt: String
+        public var app: String
+        public var subject: Int
+        public var platform: String
+        public var osMajor: Int
+        public var appVersion: String
+        public var attempt: String
+        public var permission: String?
+        public var flow: String
+    }
+}
+
+/// SplitMix64: a small, fast, deterministic generator.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+

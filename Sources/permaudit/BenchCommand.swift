@@ -1,0 +1,53 @@
+import Benchmarks
+import EventLog
+import Foundation
+import Postgres
+
+enum BenchCommand: Command {
+    static let name = "bench"
+    static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT)."
+    static let usage = "permaudit bench ingest|append [--events <n>] [--database-url <url>]"
+    static let discussion = """
+        Each benchmark runs its reference and PermissionAudit side by side, in one run on one
+        server, in scratch databases it creates and drops, and prints a Markdown table with the
+        ratio to the reference (for BENCHMARKS.md). Build with 'swift build -c release' first.
+          ingest   NDJSON ingest of --events generated events (default 1000000) vs raw COPY of
+                   the same rows into a plain table with the same indexes
+          append   single-event appends through audit.append_events with 1 and 8 connections vs
+                   a plain one-row INSERT per transaction (--events per connection, default 2000)
+        """
+    static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
+    static let valueOptions: Set<String> = ["--events", "--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
+            throw UsageError(message: "expected one benchmark: ingest or append", usage: usage)
+        }
+        let url = try Database.resolveURL(arguments.value("--database-url"))
+        let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
+        let sql = try Migrator.locateDirectory()
+        let rows: [BenchmarkRow]
+        let reference: String
+        switch which {
+        case "ingest":
+            let events = try arguments.int("--events", default: 1_000_000)
+            rows = try IngestBenchmark(events: events, sqlDirectory: sql, workDirectory: URL(fileURLWithPath: NSTemporaryDirectory())).run(context)
+            reference = rows[0].name
+        case "append":
+            let events = try arguments.int("--events", default: 2000)
+            rows = try AppendBenchmark(eventsPerConnection: events, sqlDirectory: sql).run(context)
+            reference = rows[0].name
+        default:
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest or append", usage: usage)
+        }
+        print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
+        if which == "append" {
+            // Each connection count has its own reference row.
+            print(BenchmarkReport.table(Array(rows[0...1]), reference: rows[0].name))
+            print(BenchmarkReport.table(Array(rows[2...3]), reference: rows[2].name))
+        } else {
+            print(BenchmarkReport.table(rows, reference: reference))
+        }
+        return 0
+    }
+}
