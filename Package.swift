@@ -7,6 +7,8 @@ let package = Package(
         .library(name: "Postgres", targets: ["Postgres"]),
         .library(name: "PermissionEvents", targets: ["PermissionEvents"]),
         .library(name: "EventLog", targets: ["EventLog"]),
+        .library(name: "Projections", targets: ["Projections"]),
+        .library(name: "Analytics", targets: ["Analytics"]),
         .executable(name: "permaudit", targets: ["permaudit"]),
     ],
     targets: [
@@ -21,12 +23,19 @@ let package = Package(
             name: "EventLog",
             dependencies: ["Postgres", "PermissionEvents"]
         ),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres"]),
-        .executableTarget(name: "permaudit", dependencies: ["EventLog", "PermissionEvents", "Postgres", "Benchmarks"]),
+        .target(name: "Projections", dependencies: ["EventLog", "Postgres"]),
+        .target(name: "Analytics", dependencies: ["Postgres"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections"]),
+        .executableTarget(
+            name: "permaudit",
+            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks"]
+        ),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),
         .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
+        .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "EventLog", "Postgres", "TestSupport"]),
+        .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres"]),
     ],
     swiftLanguageModes: [.v6]

@@ -92,7 +92,7 @@ begin
     if ts[1]::int < 1 or ts[2]::int not between 1 and 12 or ts[3]::int < 1
        or ts[3]::int > extract(day from make_date(ts[1]::int, ts[2]::int, 1) + interval '1 month - 1 day')
        or ts[4]::int > 23 or ts[5]::int > 59 or ts[6]::int > 59
-       or coalesce(ts[9]::int, 0) > 23 or coalesce(ts[10]::int, 0) > 59 then
+       or coalesce(ts[9]::int, 0) > 15 or coalesce(ts[10]::int, 0) > 59 then  -- PostgreSQL stores offsets up to ±15:59
         return 'occurredAt: must be an RFC 3339 timestamp with an offset, e.g. 2026-10-03T09:15:27.120Z';
     end if;
     occurred := (e->>'occurredAt')::timestamptz;

@@ -149,7 +149,14 @@ public final class Ingestor {
             count(results)
             if mode == .storeValid { try log.connection.execute("RELEASE SAVEPOINT ingest_batch") }
         } catch let error as PostgresError {
-            guard let refusal = AppendError(error), let index = refusal.index, index < batch.count else { throw error }
+            guard let refusal = AppendError(error), let index = refusal.index, index < batch.count else {
+                // A value the server cannot store (SQLSTATE class 22, e.g. a number out of range):
+                // find the event(s) one by one.
+                guard error.code.rawValue.hasPrefix("22") else { throw error }
+                if mode == .storeValid { try log.connection.execute("ROLLBACK TO SAVEPOINT ingest_batch") }
+                try isolate(batch, cause: error)
+                return
+            }
             let culprit = batch[index]
             try reject(culprit.input, culprit.line, refusal.reason, Array(culprit.text.utf8))
             guard mode == .storeValid else { return }
@@ -164,6 +171,27 @@ public final class Ingestor {
                 try log.connection.execute("RELEASE SAVEPOINT ingest_batch")
             }
         }
+    }
+
+    /// Appends the events of a refused batch one at a time, each in a savepoint, rejecting those
+    /// the server refuses. In all-or-nothing mode the transaction is already lost: only report.
+    private func isolate(_ batch: [Pending], cause: PostgresError) throws {
+        guard mode == .storeValid else {
+            try reject(batch[0].input, batch[0].line, "event: refused by the database (SQLSTATE \(cause.code.rawValue)) in the batch starting at this line", [])
+            return
+        }
+        for pending in batch {
+            do {
+                try log.connection.savepoint("ingest_event") {
+                    count(try log.append([pending.text]))
+                }
+            } catch let error as AppendError {
+                try reject(pending.input, pending.line, error.reason, Array(pending.text.utf8))
+            } catch let error as PostgresError where error.code.rawValue.hasPrefix("22") {
+                try reject(pending.input, pending.line, "event: refused by the database (SQLSTATE \(error.code.rawValue))", Array(pending.text.utf8))
+            }
+        }
+        try log.connection.execute("RELEASE SAVEPOINT ingest_batch")
     }
 
     private func count(_ results: [EventLog.AppendResult]) {

@@ -114,8 +114,7 @@ public struct Migrator {
     public func pending(_ db: Connection) throws -> [String] {
         let exists: Bool = try db.query("select to_regclass('permaudit.schema_migrations') is not null").scalar()
         guard exists else { return migrations.map(\.name) }
-        let rows = try db.query("select version from permaudit.schema_migrations")
-        let versions = Set(try (0..<rows.count).map { try rows.value($0, 0, as: Int.self) })
+        let versions = Set(try db.query("select version from permaudit.schema_migrations").column(as: Int.self))
         return migrations.filter { !versions.contains($0.version) }.map(\.name)
     }
 }

@@ -81,6 +81,9 @@ public struct EventValidator: Sendable {
             throw EventProblem(field: first, rule: "unknown field")
         }
         try noNulCharacters(value, path: "")
+        if let path = Self.firstOutOfRangeNumber(value, path: "") {
+            throw EventProblem(field: path, rule: "number out of range")
+        }
 
         let eventId = try uuid(value, "eventId", required: true)!
         guard let type = EventType(rawValue: try string(value, "type")) else {
@@ -263,6 +266,17 @@ public struct EventValidator: Sendable {
         }
     }
 
+    /// The path of the first number that does not fit a double (PostgreSQL would refuse it).
+    static func firstOutOfRangeNumber(_ value: JSONValue, path: String) -> String? {
+        switch value {
+        case let .number(text): return (Double(text)?.isFinite ?? false) ? nil : (path.isEmpty ? "event" : path)
+        case let .array(elements): return elements.lazy.compactMap { firstOutOfRangeNumber($0, path: path) }.first
+        case let .object(members):
+            return members.lazy.compactMap { firstOutOfRangeNumber($0.value, path: path.isEmpty ? $0.key : "\(path).\($0.key)") }.first
+        default: return nil
+        }
+    }
+
     // MARK: Lexical rules
 
     /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.
@@ -304,7 +318,8 @@ public struct EventValidator: Sendable {
     }
 }
 
-/// RFC 3339 `date-time` with a required offset (`Z` or `±hh:mm`), years 0001-9999.
+/// RFC 3339 `date-time` with a required offset (`Z` or `±hh:mm`, at most ±15:59 as PostgreSQL
+/// stores), years 0001-9999.
 public enum RFC3339 {
     public static func parse(_ text: String) -> Date? {
         let b = Array(text.utf8)
@@ -342,7 +357,7 @@ public enum RFC3339 {
             index += 1
         case 0x2B, 0x2D:
             guard let oh = digits(index + 1, 2), index + 3 < b.count, b[index + 3] == 0x3A, let om = digits(index + 4, 2),
-                  oh <= 23, om <= 59 else { return nil }
+                  oh <= 15, om <= 59 else { return nil }  // PostgreSQL's limit; real offsets are within ±14:00
             offset = (oh * 3600 + om * 60) * (b[index] == 0x2D ? -1 : 1)
             index += 6
         default:

@@ -67,6 +67,11 @@ public final class QueryResult {
         return rows
     }
 
+    /// Decodes one column of every row.
+    public func column<T: PostgresDecodable>(_ column: Int = 0, as type: T.Type = T.self) throws -> [T] {
+        try (0..<count).map { try value($0, column, as: type) }
+    }
+
     /// Decodes the single value of a one-row, one-column result.
     public func scalar<T: PostgresDecodable>(_ type: T.Type = T.self) throws -> T {
         guard count >= 1, PQnfields(handle) >= 1 else {

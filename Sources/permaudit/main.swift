@@ -5,7 +5,7 @@ import Postgres
 let version = "0.1.0"
 
 let commands: [any Command.Type] = [
-    DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self, BenchCommand.self,
+    DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self, ProjectCommand.self, StatsCommand.self, BenchCommand.self,
 ]
 
 let topHelp = """

@@ -32,7 +32,7 @@ final class AppendTests: XCTestCase {
         let versions = try db.query("""
             select array_agg(stream_version order by position)::text
               from audit.events group by stream_key order by min(position)
-            """).decode(String.self)
+            """).column(as: String.self)
         XCTAssertEqual(versions, ["{0,1,2}", "{0,1}"])
         // The raw subject is held by the link table only.
         XCTAssertEqual(try db.query("select count(*) from audit.events where payload::text like '%inst-a%'").scalar(Int.self), 0)

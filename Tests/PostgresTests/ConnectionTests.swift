@@ -28,7 +28,7 @@ final class ConnectionTests: XCTestCase {
 
     func testDecodingFailureNamesColumnAndType() throws {
         let db = try Connection(url: url)
-        XCTAssertThrowsError(try db.query("select 'abc' as word").decode(Int.self)) { error in
+        XCTAssertThrowsError(try db.query("select 'abc' as word").column(as: Int.self)) { error in
             let message = (error as? PostgresError)?.message ?? ""
             XCTAssertTrue(message.contains("column 0 (word)"), message)
             XCTAssertTrue(message.contains("Int"), message)

@@ -1,0 +1,87 @@
+import Foundation
+
+/// A small table of results, rendered as aligned text, CSV or JSON.
+public struct ResultTable: Sendable {
+    public enum Cell: Sendable, Equatable {
+        case text(String)
+        case integer(Int)
+        case number(Double)
+        case null
+
+        var plain: String {
+            switch self {
+            case let .text(s): return s
+            case let .integer(i): return String(i)
+            case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
+            case .null: return ""
+            }
+        }
+
+        var json: String {
+            switch self {
+            case let .text(s):
+                var out = "\""
+                for scalar in s.unicodeScalars {
+                    switch scalar {
+                    case "\"": out += "\\\""
+                    case "\\": out += "\\\\"
+                    case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+                    default: out.unicodeScalars.append(scalar)
+                    }
+                }
+                return out + "\""
+            case let .integer(i): return String(i)
+            case let .number(d): return d.isFinite ? String(format: "%.6g", d) : "null"
+            case .null: return "null"
+            }
+        }
+    }
+
+    public var title: String
+    public var columns: [String]
+    public var rows: [[Cell]]
+
+    public init(title: String, columns: [String], rows: [[Cell]] = []) {
+        self.title = title
+        self.columns = columns
+        self.rows = rows
+    }
+
+    public enum Format: String, CaseIterable, Sendable { case table, csv, json }
+
+    public func render(_ format: Format) -> String {
+        switch format {
+        case .table: return text
+        case .csv: return csv
+        case .json: return json
+        }
+    }
+
+    var text: String {
+        let cells = rows.map { $0.map(\.plain) }
+        let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
+        func line(_ values: [String]) -> String {
+            values.enumerated().map { i, v in v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+        }
+        var out = "\(title)\n" + line(columns) + "\n" + line(widths.map { String(repeating: "-", count: $0) }) + "\n"
+        for row in cells { out += line(row) + "\n" }
+        if rows.isEmpty { out += "(no data for this selection)\n" }
+        return out
+    }
+
+    var csv: String {
+        func field(_ s: String) -> String {
+            s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+        }
+        return ([columns.map(field).joined(separator: ",")] + rows.map { $0.map { field($0.plain) }.joined(separator: ",") })
+            .joined(separator: "\n") + "\n"
+    }
+
+    var json: String {
+        let objects = rows.map { row in
+            "{" + zip(columns, row).map { "\(Cell.text($0).json):\($1.json)" }.joined(separator: ",") + "}"
+        }
+        return "{\"title\":\(Cell.text(title).json),\"rows\":[" + objects.joined(separator: ",") + "]}\n"
+    }
+}

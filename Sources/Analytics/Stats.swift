@@ -1,0 +1,179 @@
+import Foundation
+import Postgres
+
+/// `permaudit stats`: headline rates from the analytics views, grouped and filtered.
+public struct StatsQuery: Sendable {
+    public enum Dimension: String, CaseIterable, Sendable {
+        case day, week, app, platform, osMajor, appVersion, permission, flow
+
+        var sql: String {
+            switch self {
+            case .day: return "day"
+            case .week: return "date_trunc('week', day)::date"
+            case .osMajor: return "os_major"
+            case .appVersion: return "app_version"
+            default: return rawValue
+            }
+        }
+    }
+
+    public var by: [Dimension] = []
+    public var app: String?
+    /// Inclusive bounds on the attempt day, `YYYY-MM-DD`.
+    public var from: String?
+    public var to: String?
+
+    public init(by: [Dimension] = [], app: String? = nil, from: String? = nil, to: String? = nil) {
+        self.by = by
+        self.app = app
+        self.from = from
+        self.to = to
+    }
+
+    var filter: String { "($1::text is null or app = $1) and ($2::date is null or day >= $2::date) and ($3::date is null or day <= $3::date)" }
+    var parameters: [(any PostgresEncodable)?] { [app, from, to] }
+
+    func requireDimensions(_ allowed: Set<Dimension>, view: String) throws {
+        if let bad = by.first(where: { !allowed.contains($0) }) {
+            throw StatsError("\(view) cannot be grouped by \(bad.rawValue); use any of \(Dimension.allCases.filter(allowed.contains).map(\.rawValue).joined(separator: ", "))")
+        }
+    }
+
+    var selectList: String { by.map { "\($0.sql)::text as \($0.rawValue)" }.joined(separator: ", ") }
+    var groupList: String { by.map(\.sql).joined(separator: ", ") }
+}
+
+public struct StatsError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+public enum Stats {
+    /// Denial, grant and limited rates of prompted attempts, with Wilson 95% intervals.
+    public static func denial(_ db: Connection, _ query: StatsQuery) throws -> ResultTable {
+        let select = query.by.isEmpty ? "" : query.selectList + ", "
+        let group = query.by.isEmpty ? "" : "group by \(query.groupList) order by \(query.groupList)"
+        let rows = try db.query("""
+            select \(select)sum(prompted)::bigint, sum(denied)::bigint, sum(granted)::bigint, sum(limited)::bigint,
+                   sum(restricted)::bigint, sum(denied_permanent)::bigint
+              from analytics.permission_outcomes_daily where \(query.filter) \(group)
+            """, query.parameters)
+        var table = ResultTable(title: "Denial rate of prompted attempts (95% Wilson intervals)",
+                                columns: query.by.map(\.rawValue) + ["prompted", "denied", "denial_rate", "denial_low", "denial_high",
+                                                                      "grant_rate", "grant_low", "grant_high", "limited_rate", "restricted", "denied_permanent"])
+        let k = query.by.count
+        for row in 0..<rows.count {
+            let prompted = try rows.value(row, k, as: Int?.self) ?? 0
+            guard prompted > 0 else { continue }
+            let denied = try rows.value(row, k + 1, as: Int.self)
+            let granted = try rows.value(row, k + 2, as: Int.self)
+            let limited = try rows.value(row, k + 3, as: Int.self)
+            let denial = Proportion(denied, of: prompted), grant = Proportion(granted, of: prompted)
+            let dw = Statistics.wilson(denial), gw = Statistics.wilson(grant)
+            table.rows.append((0..<k).map { rows[row, $0].map(ResultTable.Cell.text) ?? .null } + [
+                .integer(prompted), .integer(denied), number(denial.rate), number(dw?.low), number(dw?.high),
+                number(grant.rate), number(gw?.low), number(gw?.high), number(Proportion(limited, of: prompted).rate),
+                .integer(try rows.value(row, k + 4, as: Int.self)), .integer(try rows.value(row, k + 5, as: Int.self)),
+            ])
+        }
+        return table
+    }
+
+    /// Primed vs unprimed (and every experiment's variants vs control): access rate with its
+    /// interval, lift, difference interval and p-value against the baseline.
+    public static func priming(_ db: Connection, _ query: StatsQuery) throws -> [ResultTable] {
+        try query.requireDimensions([.day, .week, .app, .platform, .permission], view: "priming")
+        let select = query.by.isEmpty ? "" : query.selectList + ", "
+        let group = query.by.isEmpty ? "" : query.groupList + ", "
+        let arms = try db.query("""
+            select \(select)arm, sum(attempts)::bigint, sum(accepted)::bigint, sum(declined)::bigint, sum(prompted)::bigint,
+                   sum(granted)::bigint, sum(limited)::bigint, sum(denied)::bigint
+              from analytics.priming_arms_daily where \(query.filter)
+             group by \(group)arm order by \(group)arm desc
+            """, query.parameters)
+        let primed = try armTable(arms, dimensions: query.by.map(\.rawValue), armColumn: "arm", baseline: "unprimed",
+                                  title: "Pre-permission screens: primed vs unprimed (access = granted or limited, intention-to-treat)")
+
+        var experimentQuery = query
+        experimentQuery.by = query.by.filter { [.day, .week, .app].contains($0) }
+        let eSelect = experimentQuery.by.isEmpty ? "" : experimentQuery.selectList + ", "
+        let eGroup = experimentQuery.by.isEmpty ? "" : experimentQuery.groupList + ", "
+        let variants = try db.query("""
+            select \(eSelect)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
+                   sum(granted)::bigint, sum(limited)::bigint, sum(denied)::bigint
+              from analytics.experiment_arms_daily where \(query.filter)
+             group by \(eGroup)experiment, variant order by \(eGroup)experiment, variant <> 'control', variant
+            """, query.parameters)
+        let experiments = try armTable(variants, dimensions: experimentQuery.by.map(\.rawValue) + ["experiment"], armColumn: "variant",
+                                       baseline: "control", title: "Experiments: each variant vs control (permission attempts carrying the key)")
+        return [primed, experiments]
+    }
+
+    /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied),
+    /// ordered so that the rows of one group are adjacent.
+    static func armTable(_ rows: QueryResult, dimensions: [String], armColumn: String, baseline: String, title: String) throws -> ResultTable {
+        var table = ResultTable(title: title, columns: dimensions + [armColumn, "attempts", "access_rate", "access_low", "access_high",
+                                                                      "lift", "difference", "difference_low", "difference_high", "p_value",
+                                                                      "too_small", "prompted", "denial_rate_at_dialog", "acceptance_rate"])
+        let k = dimensions.count
+        struct Arm { var group: [String?]; var name: String; var attempts, accepted, prompted, access, denied: Int }
+        var arms: [Arm] = []
+        for row in 0..<rows.count {
+            let attempts = try rows.value(row, k + 1, as: Int.self)
+            arms.append(Arm(group: (0..<k).map { rows[row, $0] }, name: rows[row, k] ?? "",
+                            attempts: attempts, accepted: try rows.value(row, k + 2, as: Int.self),
+                            prompted: try rows.value(row, k + 4, as: Int.self),
+                            access: try rows.value(row, k + 5, as: Int.self) + rows.value(row, k + 6, as: Int.self),
+                            denied: try rows.value(row, k + 7, as: Int.self)))
+        }
+        for arm in arms {
+            let access = Proportion(arm.access, of: arm.attempts)
+            let wilson = Statistics.wilson(access)
+            let base = arms.first { $0.group == arm.group && $0.name == baseline }
+            let comparison = base.flatMap { $0.name == arm.name ? nil : Statistics.compare(access, baseline: Proportion($0.access, of: $0.attempts)) }
+            let acceptance: ResultTable.Cell = arm.name == "primed" ? number(Proportion(arm.accepted, of: arm.attempts).rate) : .null
+            table.rows.append(arm.group.map { $0.map(ResultTable.Cell.text) ?? .null } + [
+                .text(arm.name), .integer(arm.attempts), number(access.rate), number(wilson?.low), number(wilson?.high),
+                number(comparison?.relativeLift), number(comparison?.difference), number(comparison?.differenceInterval.low),
+                number(comparison?.differenceInterval.high), number(comparison?.pValue),
+                .text(access.isTooSmall ? "yes" : "no"), .integer(arm.prompted),
+                number(Proportion(arm.denied, of: arm.prompted).rate), acceptance,
+            ])
+        }
+        return table
+    }
+
+    /// Picker adoption, completion and full-vs-limited share.
+    public static func picker(_ db: Connection, _ query: StatsQuery) throws -> ResultTable {
+        try query.requireDimensions([.day, .week, .app, .platform, .flow], view: "picker")
+        let select = query.by.isEmpty ? "" : query.selectList + ", "
+        let group = query.by.isEmpty ? "" : "group by \(query.groupList) order by \(query.groupList)"
+        let rows = try db.query("""
+            select \(select)sum(picker_attempts)::bigint, sum(picker_completed)::bigint, sum(permission_attempts)::bigint,
+                   sum(full_access)::bigint, sum(limited_access)::bigint
+              from analytics.picker_adoption_daily where \(query.filter) \(group)
+            """, query.parameters)
+        var table = ResultTable(title: "Picker vs full access",
+                                columns: query.by.map(\.rawValue) + ["picker_attempts", "permission_attempts", "picker_adoption",
+                                                                      "adoption_low", "adoption_high", "picker_completion", "full_access",
+                                                                      "limited_access", "full_access_share"])
+        let k = query.by.count
+        for row in 0..<rows.count {
+            let picker = try rows.value(row, k, as: Int?.self) ?? 0
+            let permission = try rows.value(row, k + 2, as: Int?.self) ?? 0
+            guard picker + permission > 0 else { continue }
+            let completed = try rows.value(row, k + 1, as: Int.self)
+            let full = try rows.value(row, k + 3, as: Int.self), limited = try rows.value(row, k + 4, as: Int.self)
+            let adoption = Proportion(picker, of: picker + permission)
+            let wilson = Statistics.wilson(adoption)
+            table.rows.append((0..<k).map { rows[row, $0].map(ResultTable.Cell.text) ?? .null } + [
+                .integer(picker), .integer(permission), number(adoption.rate), number(wilson?.low), number(wilson?.high),
+                number(Proportion(completed, of: picker).rate), .integer(full), .integer(limited),
+                number(Proportion(full, of: full + limited).rate),
+            ])
+        }
+        return table
+    }
+
+    static func number(_ value: Double?) -> ResultTable.Cell { value.map(ResultTable.Cell.number) ?? .null }
+}

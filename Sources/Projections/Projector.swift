@@ -1,0 +1,153 @@
+import EventLog
+import Foundation
+import Postgres
+
+/// Turns the log into the analytics projections, incrementally and in committed order.
+///
+/// Each batch is one transaction running `projection.apply_batch`: the projection writes and the
+/// checkpoint commit together, so a crash at any instant loses or double-counts nothing.
+///
+///     let projector = Projector(connection: try Database.connect())
+///     try projector.acquire()          // only one projector at a time
+///     let done = try projector.catchUp()
+public final class Projector {
+    public let connection: Connection
+    public var batchSize = 20_000
+    /// The NOTIFY channel `audit.append_events` signals on.
+    public static let channel = "permaudit_events"
+    static let lockKey = "permaudit.projector"
+
+    public init(connection: Connection) { self.connection = connection }
+
+    public struct Progress: Sendable, Equatable {
+        public var events = 0
+        public var attempts = 0
+        public var batches = 0
+        public var checkpoint = EventLog.Checkpoint.start
+    }
+
+    public struct Status: Sendable {
+        public var checkpoint: EventLog.Checkpoint
+        public var eventsProjected: Int64
+        public var updatedAt: Date
+        public var eventsBehind: Int64
+        /// Age in seconds of the oldest event not projected yet (nil when caught up).
+        public var oldestUnprojectedAge: Double?
+    }
+
+    /// Takes the single-projector lock (a session-level advisory lock). Throws
+    /// `ProjectorError.busy` naming the process that holds it, unless `wait` is set.
+    public func acquire(wait: Bool = false) throws {
+        if wait {
+            try connection.query("select pg_advisory_lock(hashtext($1))", [Self.lockKey])
+            return
+        }
+        let got: Bool = try connection.query("select pg_try_advisory_lock(hashtext($1))", [Self.lockKey]).scalar()
+        if !got {
+            let holder = try connection.query("""
+                select l.pid from pg_locks l
+                 where l.locktype = 'advisory' and l.objid = hashtext($1)::oid and l.granted
+                """, [Self.lockKey])
+            throw ProjectorError.busy(pid: holder.isEmpty ? nil : try holder.value(0, 0, as: Int.self))
+        }
+    }
+
+    /// Releases the single-projector lock.
+    public func release() throws {
+        try connection.query("select pg_advisory_unlock(hashtext($1))", [Self.lockKey])
+    }
+
+    /// One batch in its own transaction; returns what it did (zero events when caught up).
+    public func step() throws -> Progress {
+        try connection.transaction { try applyBatch() }
+    }
+
+    /// Batches until the log's committed end; `shouldStop` is checked between batches.
+    @discardableResult
+    public func catchUp(shouldStop: () -> Bool = { false }, onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
+        var total = Progress()
+        while !shouldStop() {
+            let batch = try step()
+            if batch.events == 0 { total.checkpoint = batch.checkpoint; break }
+            total.events += batch.events
+            total.attempts += batch.attempts
+            total.batches += 1
+            total.checkpoint = batch.checkpoint
+            onBatch(total)
+        }
+        return total
+    }
+
+    /// Recomputes every projection from the start of the log in one transaction: readers keep
+    /// seeing the previous numbers until it commits, then see the new ones at once. A running
+    /// projector waits on the checkpoint row meanwhile and continues from the rebuilt state.
+    @discardableResult
+    public func rebuild(onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
+        try connection.transaction {
+            try connection.query("select projection.reset()")
+            var total = Progress()
+            while true {
+                let batch = try applyBatch()
+                if batch.events == 0 { total.checkpoint = batch.checkpoint; break }
+                total.events += batch.events
+                total.attempts += batch.attempts
+                total.batches += 1
+                total.checkpoint = batch.checkpoint
+                onBatch(total)
+            }
+            return total
+        }
+    }
+
+    /// Keeps up with the log: catches up, then waits for `NOTIFY permaudit_events` (or the
+    /// polling interval) and catches up again, until `shouldStop` returns true. A batch in
+    /// progress when a stop is requested is finished (committed) first.
+    public func follow(pollInterval: Double = 5, shouldStop: () -> Bool, onBatch: (Progress) -> Void = { _ in },
+                       afterCatchUp: () throws -> Void = {}) throws {
+        try connection.listen(Self.channel)
+        while !shouldStop() {
+            try catchUp(shouldStop: shouldStop, onBatch: onBatch)
+            try afterCatchUp()
+            var waited = 0.0
+            while !shouldStop() && waited < pollInterval {
+                if try connection.waitForNotification(timeout: min(1, pollInterval - waited)) != nil { break }
+                waited += 1
+            }
+        }
+    }
+
+    public func status() throws -> Status {
+        let row = try connection.query("""
+            select c.transaction_id::text, c.position, c.events_projected, c.updated_at,
+                   (select count(*) from audit.events e where (e.transaction_id, e.position) > (c.transaction_id, c.position)),
+                   (select extract(epoch from now() - min(e.recorded_at))::float8 from audit.events e
+                     where (e.transaction_id, e.position) > (c.transaction_id, c.position))
+              from projection.checkpoint c where c.name = 'analytics'
+            """).decode((UInt64, Int64, Int64, Date, Int64, Double?).self)
+        guard let first = row.first else { throw ProjectorError.notMigrated }
+        return Status(checkpoint: EventLog.Checkpoint(transactionId: first.0, position: first.1), eventsProjected: first.2,
+                      updatedAt: first.3, eventsBehind: first.4, oldestUnprojectedAge: first.5)
+    }
+
+    private func applyBatch() throws -> Progress {
+        let rows = try connection.query("select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [batchSize])
+            .decode((Int, Int, UInt64, Int64).self)
+        guard let row = rows.first else { throw ProjectorError.notMigrated }
+        return Progress(events: row.0, attempts: row.1, batches: row.0 > 0 ? 1 : 0,
+                        checkpoint: EventLog.Checkpoint(transactionId: row.2, position: row.3))
+    }
+}
+
+public enum ProjectorError: Error, CustomStringConvertible, Sendable {
+    case busy(pid: Int?)
+    case notMigrated
+
+    public var description: String {
+        switch self {
+        case let .busy(pid):
+            return "another projector is running" + (pid.map { " (server process \($0))" } ?? "") + "; only one may work at a time (use --wait to queue behind it)"
+        case .notMigrated:
+            return "the projection schema is missing; run 'permaudit migrate'"
+        }
+    }
+}

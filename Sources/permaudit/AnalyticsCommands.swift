@@ -1,0 +1,159 @@
+import Analytics
+import EventLog
+import Foundation
+import PermissionEvents
+import Projections
+
+enum ProjectCommand: Command {
+    static let name = "project"
+    static let abstract = "Turn the log into the analytics projections (once, follow, rebuild, status)."
+    static let usage = "permaudit project --once|--follow|--rebuild|--status [--batch-size <n>] [--poll <seconds>] [--wait] [--database-url <url>]"
+    static let discussion = """
+        Reads the log in committed order, in batches; each batch's projection writes and its
+        checkpoint commit in one transaction. Only one projector works at a time: a second one
+        exits with a message naming the first, or queues behind it with --wait.
+          --once     catch up to the current end, print what was done, exit
+          --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
+                     SIGINT/SIGTERM finish the current batch and exit 0
+          --rebuild  recompute everything from the start in one transaction: readers see the
+                     previous numbers until it commits, then the new ones at once
+          --status   checkpoint, events behind, age of the oldest unprojected event
+        """
+    static let options = [
+        ("--once", "Catch up and exit."), ("--follow", "Keep up continuously."),
+        ("--rebuild", "Recompute from the start and switch atomically."), ("--status", "Show the checkpoint and the lag."),
+        ("--batch-size <n>", "Events per batch (default 20000)."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
+        ("--wait", "Wait for a running projector instead of exiting."), databaseOption,
+    ]
+    static let valueOptions: Set<String> = ["--batch-size", "--poll", "--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        try arguments.noPositionals()
+        let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
+        guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
+        let projector = Projector(connection: try openDatabase(arguments))
+        projector.batchSize = try arguments.int("--batch-size", default: 20_000, range: 1...1_000_000)
+        let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
+        let started = Date()
+        func report(_ progress: Projector.Progress) -> String {
+            let seconds = Date().timeIntervalSince(started)
+            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in \(progress.batches) batches, "
+                + String(format: "%.1f s", seconds) + ", checkpoint \(progress.checkpoint)"
+        }
+        let interactive = isatty(2) == 1
+        let progressLine: (Projector.Progress) -> Void = { progress in
+            if interactive { FileHandle.standardError.write(Data("\r\(report(progress))".utf8)) }
+        }
+        switch modes[0] {
+        case "--status":
+            let status = try projector.status()
+            print("checkpoint: \(status.checkpoint) (transaction id, position)")
+            print("events projected: \(status.eventsProjected), last batch at \(ISO8601DateFormatter().string(from: status.updatedAt))")
+            print("events behind: \(status.eventsBehind)")
+            print("oldest unprojected event: " + (status.oldestUnprojectedAge.map { String(format: "%.0f s old", $0) } ?? "none (caught up)"))
+        case "--rebuild":
+            let done = try projector.rebuild(onBatch: progressLine)
+            if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+            print("rebuilt: " + report(done))
+        case "--once":
+            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
+            let done = try projector.catchUp(onBatch: progressLine)
+            if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+            print(report(done))
+        default:
+            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
+            let stop = StopSignal()
+            printError("following the log (SIGINT or SIGTERM to stop)")
+            try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
+                printError(report(progress))
+            })
+            printError("stopped")
+        }
+        return 0
+    }
+}
+
+enum StatsCommand: Command {
+    static let name = "stats"
+    static let abstract = "Quick product analytics in the terminal: denial, priming, picker."
+    static let usage = "permaudit stats denial|priming|picker [--by <dims>] [--app <app>] [--from <date>] [--to <date>] [--format table|csv|json] [--database-url <url>]"
+    static let discussion = """
+        Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
+        list of day, week, app, platform, osMajor, appVersion, permission, flow (priming: day, week,
+        app, platform, permission; picker: day, week, app, platform, flow). --from and --to bound
+        the attempt day (YYYY-MM-DD, inclusive). Intervals are 95% Wilson intervals; priming shows
+        each arm against its baseline (unprimed, or the control variant) with relative lift, the
+        unpooled difference interval and the pooled z-test's two-sided p-value.
+        """
+    static let options = [
+        ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
+        ("--from <date>", "First attempt day (YYYY-MM-DD)."), ("--to <date>", "Last attempt day (YYYY-MM-DD)."),
+        ("--format <format>", "table (default), csv or json."), databaseOption,
+    ]
+    static let valueOptions: Set<String> = ["--by", "--app", "--from", "--to", "--format", "--database-url"]
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        guard arguments.positionals.count == 1, let which = arguments.positionals.first, ["denial", "priming", "picker"].contains(which) else {
+            throw UsageError(message: "expected one of denial, priming, picker", usage: usage)
+        }
+        var query = StatsQuery(app: arguments.value("--app"))
+        for (option, value) in [("--from", arguments.value("--from")), ("--to", arguments.value("--to"))] {
+            guard let value else { continue }
+            guard value.count == 10, RFC3339Date.isValid(value) else { throw UsageError(message: "\(option) must be a date YYYY-MM-DD, got '\(value)'", usage: usage) }
+        }
+        query.from = arguments.value("--from")
+        query.to = arguments.value("--to")
+        if let by = arguments.value("--by") {
+            query.by = try by.split(separator: ",").map { name in
+                guard let dimension = StatsQuery.Dimension(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
+                    throw UsageError(message: "unknown dimension '\(name)' in --by; use \(StatsQuery.Dimension.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
+                }
+                return dimension
+            }
+        }
+        guard let format = ResultTable.Format(rawValue: arguments.value("--format") ?? "table") else {
+            throw UsageError(message: "--format must be table, csv or json", usage: usage)
+        }
+        let db = try openDatabase(arguments)
+        let tables: [ResultTable]
+        do {
+            switch which {
+            case "denial": tables = [try Stats.denial(db, query)]
+            case "priming": tables = try Stats.priming(db, query)
+            default: tables = [try Stats.picker(db, query)]
+            }
+        } catch let error as StatsError {
+            throw UsageError(message: error.description, usage: usage)
+        }
+        print(tables.map { $0.render(format) }.joined(separator: format == .table ? "\n" : ""), terminator: "")
+        return 0
+    }
+}
+
+/// Validates `YYYY-MM-DD`.
+enum RFC3339Date {
+    static func isValid(_ text: String) -> Bool {
+        RFC3339.parse(text + "T00:00:00Z") != nil
+    }
+}
+
+/// Set by SIGINT or SIGTERM; polled between batches.
+final class StopSignal: @unchecked Sendable {
+    // The flag is only touched under the lock; the dispatch sources keep the handlers alive.
+    private let lock = NSLock()
+    private var flag = false
+    private var sources: [DispatchSourceSignal] = []
+
+    init() {
+        for number in [SIGINT, SIGTERM] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { [weak self] in self?.set() }
+            source.resume()
+            sources.append(source)
+        }
+    }
+
+    private func set() { lock.lock(); flag = true; lock.unlock() }
+    func requested() -> Bool { lock.lock(); defer { lock.unlock() }; return flag }
+}

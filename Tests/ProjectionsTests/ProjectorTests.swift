@@ -1,0 +1,164 @@
+import EventLog
+import Foundation
+import Postgres
+import Projections
+import TestSupport
+import XCTest
+
+final class ProjectorTests: XCTestCase {
+    var url = ""
+    override func setUpWithError() throws { url = try TestDatabase.create() }
+    override func tearDown() { TestDatabase.drop(url) }
+
+    func testViewsEqualARecomputationForRandomOrdersAndBatches() throws {
+        for seed: UInt64 in [1, 2, 3] {
+            let url = try TestDatabase.create()
+            defer { TestDatabase.drop(url) }
+            let db = try Connection(url: url)
+            let log = EventLog(connection: db)
+            let projector = Projector(connection: try Connection(url: url))
+            var random = RandomEvents(seed: seed)
+            var events = random.events(attempts: 250, subjects: 40)
+            events.shuffle(using: &random.generator)  // late and out of order
+            var index = 0
+            while index < events.count {
+                let size = Int.random(in: 1...60, using: &random.generator)
+                try log.append(Array(events[index..<min(index + size, events.count)]))
+                index += size
+                if Bool.random(using: &random.generator) {
+                    projector.batchSize = Int.random(in: 1...80, using: &random.generator)
+                    _ = try projector.step()
+                }
+            }
+            projector.batchSize = Int.random(in: 5...200, using: &random.generator)
+            try projector.catchUp()
+            XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed)")
+            XCTAssertGreaterThan(try db.query("select count(*) from analytics.permission_outcomes_daily").scalar(Int.self), 5)
+            XCTAssertGreaterThan(try db.query("select count(*) from analytics.experiment_arms").scalar(Int.self), 1)
+            // A rebuild gives the same numbers.
+            let before = try ProjectionOracle.snapshot(db)
+            try projector.rebuild()
+            XCTAssertEqual(try ProjectionOracle.snapshot(db), before, "seed \(seed)")
+        }
+    }
+
+    func testAnEventCommittedLateIsProjectedOnceAfterItCommits() throws {
+        let db = try Connection(url: url)
+        let holder = try Connection(url: url)
+        let projector = Projector(connection: try Connection(url: url))
+        let attempt = UUID()
+        try holder.execute("BEGIN")
+        // The prompt of an attempt is appended in a transaction that stays open...
+        // (Another install's stream: appends to the same stream wait for the open transaction.)
+        try EventLog(connection: holder).append([EventFixtures.event(type: "permission.prompted", subject: "held", attempt: attempt, overrides: ["attributes": "{}"])])
+        // ...while its answer and other events commit.
+        try EventLog(connection: db).append([EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:28Z", attempt: attempt),
+                                             EventFixtures.event(type: "permission.prompted", attempt: UUID(), overrides: ["attributes": "{}"])])
+        XCTAssertEqual(try projector.catchUp().events, 0, "nothing is read past the open transaction")
+        try holder.execute("COMMIT")
+        XCTAssertEqual(try projector.catchUp().events, 3)
+        XCTAssertEqual(try projector.catchUp().events, 0)
+        let row = try db.query("select sum(prompted)::int, sum(denied)::int from analytics.permission_outcomes_daily").decode((Int, Int).self)
+        XCTAssertEqual(row.first?.0, 2)
+        XCTAssertEqual(row.first?.1, 1)
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
+
+    func testALateEarlierEventMovesTheAttempt() throws {
+        let db = try Connection(url: url)
+        let projector = Projector(connection: try Connection(url: url))
+        let attempt = UUID()
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", occurredAt: "2026-10-04T00:10:00Z", attempt: attempt, overrides: ["attributes": "{}", "osVersion": "\"14\""]),
+            EventFixtures.event(type: "permission.granted", occurredAt: "2026-10-04T00:11:00Z", attempt: attempt),
+        ])
+        try projector.catchUp()
+        XCTAssertEqual(try db.query("select day::text from analytics.permission_outcomes_daily").column(as: String.self), ["2026-10-04"])
+        // An earlier event of the attempt arrives: the day, the OS major and the flow move.
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "prePermission.shown", occurredAt: "2026-10-03T23:59:00Z", attempt: attempt,
+                                overrides: ["osVersion": "\"13\"", "flow": "\"avatar\""]),
+            EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-04T00:10:30Z", attempt: attempt),
+        ])
+        try projector.catchUp()
+        let rows = try db.query("select day::text, os_major, flow, prompted, granted from analytics.permission_outcomes_daily").decode((String, Int, String, Int, Int).self)
+        XCTAssertEqual(rows.count, 1)
+        XCTAssertEqual(rows.first?.0, "2026-10-03")
+        XCTAssertEqual(rows.first?.1, 13)
+        XCTAssertEqual(rows.first?.2, "avatar")
+        XCTAssertEqual(rows.first?.4, 1, "granted at 00:11 is still the last answer")
+        XCTAssertEqual(try db.query("select arm from analytics.priming_arms").column(as: String.self), ["primed"])
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
+
+    func testOnlyOneProjectorAtATime() throws {
+        let first = Projector(connection: try Connection(url: url))
+        let second = Projector(connection: try Connection(url: url))
+        try first.acquire()
+        XCTAssertThrowsError(try second.acquire()) { error in
+            guard case .busy(let pid) = error as? ProjectorError else { return XCTFail("\(error)") }
+            XCTAssertEqual(pid, first.connection.backendPID)
+        }
+        try first.release()
+        XCTAssertNoThrow(try second.acquire())
+    }
+
+    func testRebuildNeverExposesPartialNumbers() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 9)
+        let events = random.events(attempts: 1500, subjects: 200)
+        for chunk in stride(from: 0, to: events.count, by: 500) {
+            try EventLog(connection: db).append(Array(events[chunk..<min(chunk + 500, events.count)]))
+        }
+        let projector = Projector(connection: try Connection(url: url))
+        try projector.catchUp()
+        let total = "select coalesce(sum(attempts), 0)::bigint from analytics.priming_arms"
+        let expected = try db.query(total).scalar(Int.self)
+        XCTAssertGreaterThan(expected, 500)
+
+        // Analysts read while a rebuild (in small batches) and a follower run.
+        let url = self.url
+        let observed = LockedValues()
+        let done = LockedFlag()
+        let reader = Thread {
+            guard let analyst = try? Connection(url: url) else { return }
+            while !done.isSet {
+                if let value = try? analyst.query(total).scalar(Int.self) { observed.append(value) }
+            }
+        }
+        reader.start()
+        let followerDone = LockedFlag()
+        let followThread = Thread {
+            guard let connection = try? Connection(url: url) else { return }
+            _ = try? Projector(connection: connection).follow(pollInterval: 1, shouldStop: { followerDone.isSet })
+        }
+        followThread.start()
+        let rebuilder = Projector(connection: try Connection(url: url))
+        rebuilder.batchSize = 97
+        try rebuilder.rebuild()
+        try EventLog(connection: db).append([EventFixtures.event(type: "permission.prompted", attempt: UUID(), overrides: ["attributes": "{}"])])
+        Thread.sleep(forTimeInterval: 1.5)
+        done.set()
+        followerDone.set()
+        Thread.sleep(forTimeInterval: 1.2)
+        let values = observed.values
+        XCTAssertGreaterThan(values.count, 10)
+        XCTAssertTrue(values.allSatisfy { $0 == expected || $0 == expected + 1 }, "saw partial totals: \(Set(values).sorted())")
+        XCTAssertEqual(try db.query(total).scalar(Int.self), expected + 1, "the follower projected the new event after the rebuild")
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
+}
+
+final class LockedValues: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [Int] = []
+    func append(_ value: Int) { lock.lock(); storage.append(value); lock.unlock() }
+    var values: [Int] { lock.lock(); defer { lock.unlock() }; return storage }
+}
+
+final class LockedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var flag = false
+    func set() { lock.lock(); flag = true; lock.unlock() }
+    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return flag }
+}

@@ -1,0 +1,249 @@
+-- 006: the projector's unit of work.
+--
+--   select * from projection.apply_batch(20000);
+--
+-- Reads the next events of the log in committed order after the checkpoint (below the oldest
+-- running transaction, so a late-committing event is never skipped), folds them into the
+-- attempt states, moves each changed attempt's contribution in the count tables (old one out,
+-- new one in), updates the permission states, and advances the checkpoint: all in the caller's
+-- transaction, so a crash at any instant loses or double-counts nothing. The checkpoint row is
+-- locked first, so concurrent callers take turns.
+
+create function projection.apply_batch(batch_size integer default 20000)
+returns table (events integer, attempts integer, transaction_id xid8, "position" bigint)
+language plpgsql
+as $$
+declare
+    cp record;
+    n_events integer;
+    n_attempts integer;
+begin
+    select c.transaction_id, c.position into cp
+      from projection.checkpoint c where c.name = 'analytics' for update;
+
+    -- Scratch tables of this batch (dropped at commit; also here, for several batches in one
+    -- transaction as in a rebuild).
+    drop table if exists pg_temp.batch, pg_temp.touched, pg_temp.old_states, pg_temp.new_states, pg_temp.moves;
+
+    create temporary table batch on commit drop as
+    select e.position, e.transaction_id, e.stream_key, e.type, e.occurred_at, e.app, e.platform,
+           e.os_major, e.app_version, e.attempt, e.permission, e.flow,
+           e.payload->'experiments' as experiments, e.payload->'attributes' as attributes
+      from audit.events e
+     where (e.transaction_id, e.position) > (cp.transaction_id, cp.position)
+       and e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+     order by e.transaction_id, e.position
+     limit batch_size;
+    get diagnostics n_events = row_count;
+    if n_events = 0 then
+        return query select 0, 0, cp.transaction_id, cp.position;
+        return;
+    end if;
+
+    -- 1. What this batch says about each attempt it touches.
+    create temporary table touched on commit drop as
+    select b.app, b.attempt,
+           (array_agg(b.stream_key order by b.occurred_at, b.position))[1] as stream_key,
+           min(b.occurred_at) as first_at,
+           (array_agg(b.position order by b.occurred_at, b.position))[1] as first_pos,
+           (array_agg(b.platform order by b.occurred_at, b.position))[1] as platform,
+           (array_agg(b.os_major order by b.occurred_at, b.position))[1] as os_major,
+           (array_agg(b.app_version order by b.occurred_at, b.position))[1] as app_version,
+           (array_agg(b.permission order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission,
+           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission_at,
+           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission_pos,
+           (array_agg(b.flow order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow,
+           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow_at,
+           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow_pos,
+           (array_agg(b.experiments order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments,
+           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments_at,
+           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments_pos,
+           (array_agg(substr(b.type, 12) order by b.occurred_at desc, b.position desc) filter (where b.type in
+               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome,
+           (array_agg(b.occurred_at order by b.occurred_at desc, b.position desc) filter (where b.type in
+               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome_at,
+           (array_agg(b.position order by b.occurred_at desc, b.position desc) filter (where b.type in
+               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome_pos,
+           coalesce((array_agg(b.type = 'permission.denied' and coalesce((b.attributes->>'permanent')::boolean, false)
+               order by b.occurred_at desc, b.position desc) filter (where b.type in
+               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1], false) as outcome_permanent,
+           bool_or(b.type = 'permission.prompted' and coalesce((b.attributes->>'dialogShown')::boolean, true)) as prompted_dialog,
+           bool_or(b.type = 'permission.prompted') as prompted_any,
+           bool_or(b.type = 'prePermission.shown') as pre_shown,
+           bool_or(b.type = 'prePermission.accepted') as pre_accepted,
+           bool_or(b.type = 'prePermission.declined') as pre_declined,
+           bool_or(b.type = 'picker.opened') as picker_opened,
+           bool_or(b.type = 'picker.completed') as picker_completed
+      from batch b
+     where b.attempt is not null
+     group by b.app, b.attempt;
+    get diagnostics n_attempts = row_count;
+
+    -- 2. Their states before (old) and after (new) this batch.
+    create temporary table old_states on commit drop as
+    select a.* from projection.attempts a join touched t on t.app = a.app and t.attempt = a.attempt;
+
+    create temporary table new_states on commit drop as
+    select t.app, t.attempt,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.stream_key else o.stream_key end as stream_key,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.first_at else o.first_at end as first_at,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.first_pos else o.first_pos end as first_pos,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.platform else o.platform end as platform,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.os_major else o.os_major end as os_major,
+           case when o.attempt is null or (t.first_at, t.first_pos) < (o.first_at, o.first_pos) then t.app_version else o.app_version end as app_version,
+           case when o.permission_at is null or (t.permission_at, t.permission_pos) < (o.permission_at, o.permission_pos) then t.permission else o.permission end as permission,
+           case when o.permission_at is null or (t.permission_at, t.permission_pos) < (o.permission_at, o.permission_pos) then t.permission_at else o.permission_at end as permission_at,
+           case when o.permission_at is null or (t.permission_at, t.permission_pos) < (o.permission_at, o.permission_pos) then t.permission_pos else o.permission_pos end as permission_pos,
+           case when o.flow_at is null or (t.flow_at, t.flow_pos) < (o.flow_at, o.flow_pos) then t.flow else o.flow end as flow,
+           case when o.flow_at is null or (t.flow_at, t.flow_pos) < (o.flow_at, o.flow_pos) then t.flow_at else o.flow_at end as flow_at,
+           case when o.flow_at is null or (t.flow_at, t.flow_pos) < (o.flow_at, o.flow_pos) then t.flow_pos else o.flow_pos end as flow_pos,
+           case when o.experiments_at is null or (t.experiments_at, t.experiments_pos) < (o.experiments_at, o.experiments_pos) then t.experiments else o.experiments end as experiments,
+           case when o.experiments_at is null or (t.experiments_at, t.experiments_pos) < (o.experiments_at, o.experiments_pos) then t.experiments_at else o.experiments_at end as experiments_at,
+           case when o.experiments_at is null or (t.experiments_at, t.experiments_pos) < (o.experiments_at, o.experiments_pos) then t.experiments_pos else o.experiments_pos end as experiments_pos,
+           case when o.outcome_at is null or (t.outcome_at, t.outcome_pos) > (o.outcome_at, o.outcome_pos) then t.outcome else o.outcome end as outcome,
+           case when o.outcome_at is null or (t.outcome_at, t.outcome_pos) > (o.outcome_at, o.outcome_pos) then t.outcome_at else o.outcome_at end as outcome_at,
+           case when o.outcome_at is null or (t.outcome_at, t.outcome_pos) > (o.outcome_at, o.outcome_pos) then t.outcome_pos else o.outcome_pos end as outcome_pos,
+           case when o.outcome_at is null or (t.outcome_at, t.outcome_pos) > (o.outcome_at, o.outcome_pos) then t.outcome_permanent else o.outcome_permanent end as outcome_permanent,
+           t.prompted_dialog or coalesce(o.prompted_dialog, false) as prompted_dialog,
+           t.prompted_any or coalesce(o.prompted_any, false) as prompted_any,
+           t.pre_shown or coalesce(o.pre_shown, false) as pre_shown,
+           t.pre_accepted or coalesce(o.pre_accepted, false) as pre_accepted,
+           t.pre_declined or coalesce(o.pre_declined, false) as pre_declined,
+           t.picker_opened or coalesce(o.picker_opened, false) as picker_opened,
+           t.picker_completed or coalesce(o.picker_completed, false) as picker_completed
+      from touched t
+      left join old_states o on o.app = t.app and o.attempt = t.attempt;
+
+    -- 3. Move each touched attempt's contribution: -1 for its old state, +1 for its new one.
+    create temporary table moves on commit drop as
+    select -1 as sign, s.*, (s.first_at at time zone 'UTC')::date as day,
+           s.prompted_any or s.pre_shown as permission_attempt
+      from old_states s
+    union all
+    select 1, s.*, (s.first_at at time zone 'UTC')::date,
+           s.prompted_any or s.pre_shown
+      from new_states s;
+
+    insert into projection.outcomes_daily as d
+           (day, app, platform, os_major, app_version, permission, flow,
+            prompted, granted, limited, denied, denied_permanent, restricted)
+    select day, app, platform, os_major, app_version, permission, flow,
+           sum(sign), coalesce(sum(sign) filter (where outcome = 'granted'), 0),
+           coalesce(sum(sign) filter (where outcome = 'limited'), 0), coalesce(sum(sign) filter (where outcome = 'denied'), 0),
+           coalesce(sum(sign) filter (where outcome = 'denied' and outcome_permanent), 0),
+           coalesce(sum(sign) filter (where outcome = 'restricted'), 0)
+      from moves where prompted_dialog
+     group by day, app, platform, os_major, app_version, permission, flow
+    on conflict (day, app, platform, os_major, app_version, permission, flow) do update set
+           prompted = d.prompted + excluded.prompted,
+           granted = d.granted + excluded.granted, limited = d.limited + excluded.limited,
+           denied = d.denied + excluded.denied, denied_permanent = d.denied_permanent + excluded.denied_permanent,
+           restricted = d.restricted + excluded.restricted;
+
+    insert into projection.priming_daily as d
+           (day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied)
+    select day, app, platform, permission, case when pre_shown then 'primed' else 'unprimed' end,
+           sum(sign), coalesce(sum(sign) filter (where pre_shown and pre_accepted), 0),
+           coalesce(sum(sign) filter (where pre_shown and pre_declined), 0),
+           coalesce(sum(sign) filter (where prompted_dialog), 0),
+           coalesce(sum(sign) filter (where outcome = 'granted'), 0), coalesce(sum(sign) filter (where outcome = 'limited'), 0),
+           coalesce(sum(sign) filter (where outcome = 'denied'), 0)
+      from moves where permission_attempt
+     group by 1, 2, 3, 4, 5
+    on conflict (day, app, platform, permission, arm) do update set
+           attempts = d.attempts + excluded.attempts, accepted = d.accepted + excluded.accepted,
+           declined = d.declined + excluded.declined, prompted = d.prompted + excluded.prompted,
+           granted = d.granted + excluded.granted, limited = d.limited + excluded.limited,
+           denied = d.denied + excluded.denied;
+
+    insert into projection.experiments_daily as d
+           (day, app, experiment, variant, attempts, prompted, granted, limited, denied)
+    select m.day, m.app, x.key, x.value,
+           sum(m.sign), coalesce(sum(m.sign) filter (where m.prompted_dialog), 0),
+           coalesce(sum(m.sign) filter (where m.outcome = 'granted'), 0), coalesce(sum(m.sign) filter (where m.outcome = 'limited'), 0),
+           coalesce(sum(m.sign) filter (where m.outcome = 'denied'), 0)
+      from moves m, jsonb_each_text(m.experiments) as x(key, value)
+     where m.permission_attempt and m.experiments is not null
+     group by 1, 2, 3, 4
+    on conflict (day, app, experiment, variant) do update set
+           attempts = d.attempts + excluded.attempts, prompted = d.prompted + excluded.prompted,
+           granted = d.granted + excluded.granted, limited = d.limited + excluded.limited,
+           denied = d.denied + excluded.denied;
+
+    insert into projection.picker_daily as d
+           (day, app, platform, flow, picker_attempts, picker_completed, permission_attempts, full_access, limited_access)
+    select day, app, platform, flow,
+           coalesce(sum(sign) filter (where picker_opened and not permission_attempt), 0),
+           coalesce(sum(sign) filter (where picker_opened and not permission_attempt and picker_completed), 0),
+           coalesce(sum(sign) filter (where permission_attempt), 0),
+           coalesce(sum(sign) filter (where permission_attempt and outcome = 'granted'), 0),
+           coalesce(sum(sign) filter (where permission_attempt and outcome = 'limited'), 0)
+      from moves where permission_attempt or picker_opened
+     group by 1, 2, 3, 4
+    on conflict (day, app, platform, flow) do update set
+           picker_attempts = d.picker_attempts + excluded.picker_attempts,
+           picker_completed = d.picker_completed + excluded.picker_completed,
+           permission_attempts = d.permission_attempts + excluded.permission_attempts,
+           full_access = d.full_access + excluded.full_access,
+           limited_access = d.limited_access + excluded.limited_access;
+
+    -- 4. Store the new attempt states.
+    insert into projection.attempts as a
+    select * from new_states
+    on conflict (app, attempt) do update set
+           stream_key = excluded.stream_key, first_at = excluded.first_at, first_pos = excluded.first_pos,
+           platform = excluded.platform, os_major = excluded.os_major, app_version = excluded.app_version,
+           permission = excluded.permission, permission_at = excluded.permission_at, permission_pos = excluded.permission_pos,
+           flow = excluded.flow, flow_at = excluded.flow_at, flow_pos = excluded.flow_pos,
+           experiments = excluded.experiments, experiments_at = excluded.experiments_at, experiments_pos = excluded.experiments_pos,
+           outcome = excluded.outcome, outcome_at = excluded.outcome_at, outcome_pos = excluded.outcome_pos,
+           outcome_permanent = excluded.outcome_permanent, prompted_dialog = excluded.prompted_dialog,
+           prompted_any = excluded.prompted_any, pre_shown = excluded.pre_shown, pre_accepted = excluded.pre_accepted,
+           pre_declined = excluded.pre_declined, picker_opened = excluded.picker_opened,
+           picker_completed = excluded.picker_completed;
+
+    -- 5. Current permission state per (app, install, permission): the latest outcome or observed
+    --    status by (occurred_at, position); notDetermined while there is none.
+    insert into projection.permission_state as p (app, stream_key, permission, state, since, state_pos)
+    select b.app, b.stream_key, b.permission,
+           coalesce((array_agg(case when b.type = 'permission.statusObserved' then b.attributes->>'status' else substr(b.type, 12) end
+                     order by b.occurred_at desc, b.position desc) filter (where b.type in
+                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1],
+                    'notDetermined'),
+           (array_agg(b.occurred_at order by b.occurred_at desc, b.position desc) filter (where b.type in
+                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1],
+           (array_agg(b.position order by b.occurred_at desc, b.position desc) filter (where b.type in
+                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1]
+      from batch b
+     where b.permission is not null
+     group by b.app, b.stream_key, b.permission
+    on conflict (app, stream_key, permission) do update set
+           state = excluded.state, since = excluded.since, state_pos = excluded.state_pos
+     where excluded.since is not null
+       and (p.since is null or (excluded.since, excluded.state_pos) > (p.since, p.state_pos));
+
+    -- 6. Advance the checkpoint.
+    select b.transaction_id, b.position into cp from batch b order by b.transaction_id desc, b.position desc limit 1;
+    update projection.checkpoint c
+       set transaction_id = cp.transaction_id, position = cp.position,
+           events_projected = c.events_projected + n_events, updated_at = now()
+     where c.name = 'analytics';
+
+    return query select n_events, n_attempts, cp.transaction_id, cp.position;
+end;
+$$;
+
+-- Forget everything projected, so the next batches start from the beginning of the log
+-- (used by `permaudit project --rebuild` inside the rebuilding transaction).
+create function projection.reset()
+returns void
+language sql
+as $$
+    delete from projection.outcomes_daily;
+    delete from projection.priming_daily;
+    delete from projection.experiments_daily;
+    delete from projection.picker_daily;
+    delete from projection.permission_state;
+    delete from projection.attempts;
+    update projection.checkpoint set transaction_id = '0', position = 0, events_projected = 0, updated_at = now();
+$$;
