@@ -36,7 +36,7 @@ let package = Package(
         .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "EventLog", "Postgres", "TestSupport"]),
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
-        .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres"]),
+        .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -89,8 +89,7 @@ public struct IngestBenchmark {
             jsonBuffer += event.json + "\n"
             let version = versions[event.subject, default: 0]
             versions[event.subject] = version + 1
-            let payload = event.json.replacingOccurrences(of: "\\", with: "\\\\")
-            tsvBuffer += "\(event.eventId)\t\(event.subject)\t\(version)\t\(event.type)\t\(event.occurredAt)\t\(event.app)\t\(event.platform)\t\(event.osMajor)\t\(event.appVersion)\t\(event.attempt)\t\(event.permission ?? "\\N")\t\(event.flow)\t\(payload)\n"
+            tsvBuffer += event.copyRow(version: version)
             if i % 10_000 == 9_999 {
                 jsonOut.write(Data(jsonBuffer.utf8)); jsonBuffer = ""
                 tsvOut.write(Data(tsvBuffer.utf8)); tsvBuffer = ""

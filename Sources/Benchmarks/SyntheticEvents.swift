@@ -74,6 +74,13 @@ public struct SyntheticEvents {
 
     public struct Event: Sendable {
         public var json: String
+        /// The event as the log stores it: without `subject`.
+        public var payload: String { json.replacingOccurrences(of: "\"subject\":\"inst-\(subject)\",", with: "") }
+        /// One row for `COPY audit.events (event_id, stream_key, stream_version, type, occurred_at, app,
+        /// platform, os_major, app_version, attempt, permission, flow, payload)`.
+        public func copyRow(version: Int) -> String {
+            "\(eventId)\t\(subject)\t\(version)\t\(type)\t\(occurredAt)\t\(app)\t\(platform)\t\(osMajor)\t\(appVersion)\t\(attempt)\t\(permission ?? "\\N")\t\(flow)\t\(payload.replacingOccurrences(of: "\\", with: "\\\\"))\n"
+        }
         public var eventId: String
         public var type: String
         public var occurredAt: String

@@ -24,6 +24,12 @@ public final class Projector {
         public var attempts = 0
         public var batches = 0
         public var checkpoint = EventLog.Checkpoint.start
+        public init(events: Int = 0, attempts: Int = 0, batches: Int = 0, checkpoint: EventLog.Checkpoint = .start) {
+            self.events = events
+            self.attempts = attempts
+            self.batches = batches
+            self.checkpoint = checkpoint
+        }
     }
 
     public struct Status: Sendable {

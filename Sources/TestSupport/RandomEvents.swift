@@ -10,7 +10,7 @@ public struct RandomEvents {
 
     public struct Generator: RandomNumberGenerator {
         var state: UInt64
-        init(seed: UInt64) { state = seed }
+        public init(seed: UInt64) { state = seed }
         public mutating func next() -> UInt64 {
             state &+= 0x9E37_79B9_7F4A_7C15
             var z = state

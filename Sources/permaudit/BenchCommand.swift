@@ -6,7 +6,7 @@ import Postgres
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT)."
-    static let usage = "permaudit bench ingest|append [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -15,13 +15,16 @@ enum BenchCommand: Command {
                    the same rows into a plain table with the same indexes
           append   single-event appends through audit.append_events with 1 and 8 connections vs
                    a plain one-row INSERT per transaction (--events per connection, default 2000)
+          project  projector catch-up over --events events (default 1000000) vs a plain COPY of
+                   the same rows out of the log; projector memory; the three headline questions
+                   from the views vs ad-hoc SQL over the raw log
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest or append", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append or project", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -37,8 +40,22 @@ enum BenchCommand: Command {
             let events = try arguments.int("--events", default: 2000)
             rows = try AppendBenchmark(eventsPerConnection: events, sqlDirectory: sql).run(context)
             reference = rows[0].name
+        case "project":
+            let events = try arguments.int("--events", default: 1_000_000)
+            let result = try ProjectionBenchmark(events: events, sqlDirectory: sql).run(context)
+            rows = result.rows
+            reference = rows[0].name
+            print("permaudit bench project, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
+            print(BenchmarkReport.table(rows, reference: reference))
+            print(String(format: "projector peak memory: client %.0f MiB, server backend %@\n", result.clientPeakMiB,
+                         result.serverPeakMiB.map { String(format: "%.0f MiB", $0) } ?? "not readable"))
+            print("| headline question | from the views (ms) | ad-hoc over the log (ms) | speed-up |\n|---|---:|---:|---:|")
+            for item in result.headline {
+                print(String(format: "| %@ | %.1f | %.1f | %.0fx |", item.question, item.views * 1000, item.log * 1000, item.log / max(item.views, 1e-9)))
+            }
+            return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest or append", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append or project", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {

@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import Postgres
 import TestSupport
@@ -21,9 +22,9 @@ final class CLITests: XCTestCase {
         return TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit")
     }
 
-    func permaudit(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
+    static func run(_ arguments: [String], url: String, stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
         let process = Process()
-        process.executableURL = Self.binary
+        process.executableURL = binary
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = url
@@ -41,6 +42,10 @@ final class CLITests: XCTestCase {
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return Run(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self), stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    func permaudit(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
+        try Self.run(arguments, url: url, stdin: stdin, environment: environment)
     }
 
     func testVersionAndHelp() throws {
@@ -141,5 +146,87 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(run.stderr.contains("run 'permaudit migrate'"), run.stderr)
         XCTAssertEqual(try permaudit(["migrate"], environment: ["DATABASE_URL": bare]).status, 0)
         XCTAssertEqual(try permaudit(["events"], environment: ["DATABASE_URL": bare]).status, 0)
+    }
+}
+
+/// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
+/// where a clean rebuild ends; `stats` prints what the views hold.
+final class ProjectCommandTests: XCTestCase {
+    var url = ""
+    override func setUpWithError() throws { url = try TestDatabase.create() }
+    override func tearDown() { TestDatabase.drop(url) }
+
+    func snapshot(_ db: Connection) throws -> [String] {
+        var rows: [String] = []
+        for view in ["permission_outcomes_daily", "priming_arms_daily", "experiment_arms_daily", "picker_adoption_daily", "permission_state"] {
+            rows += try db.query("select '\(view) ' || x::text from analytics.\(view) x order by 1").column(as: String.self)
+        }
+        return rows
+    }
+
+    func testKilledProjectorEndsEqualToACleanRebuild() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 11)
+        let events = random.events(attempts: 3000, subjects: 300)
+        for chunk in stride(from: 0, to: events.count, by: 1000) {
+            try EventLog(connection: db).append(Array(events[chunk..<min(chunk + 1000, events.count)]))
+        }
+        var kills = 0
+        var generator = RandomEvents.Generator(seed: 3)
+        for _ in 0..<6 {
+            let process = Process()
+            process.executableURL = CLITests.binary
+            process.arguments = ["project", "--once", "--batch-size", "40", "--wait"]
+            process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            Thread.sleep(forTimeInterval: Double.random(in: 0.05...0.6, using: &generator))
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                kills += 1
+            }
+            process.waitUntilExit()
+        }
+        XCTAssertGreaterThan(kills, 0, "at least one projector was killed mid-way")
+        let finish = try CLITests.run(["project", "--once", "--wait"], url: url)
+        XCTAssertEqual(finish.status, 0, finish.stderr)
+        let afterCrashes = try snapshot(db)
+        XCTAssertGreaterThan(afterCrashes.count, 20)
+        let rebuild = try CLITests.run(["project", "--rebuild"], url: url)
+        XCTAssertEqual(rebuild.status, 0, rebuild.stderr)
+        XCTAssertTrue(rebuild.stdout.hasPrefix("rebuilt: projected \(events.count) events"), rebuild.stdout)
+        XCTAssertEqual(try snapshot(db), afterCrashes)
+        let status = try CLITests.run(["project", "--status"], url: url)
+        XCTAssertTrue(status.stdout.contains("events behind: 0"), status.stdout)
+    }
+
+    func testStatsCommands() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 12)
+        try EventLog(connection: db).append(random.events(attempts: 500, subjects: 80))
+        XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
+        let denial = try CLITests.run(["stats", "denial", "--by", "platform,osMajor", "--format", "csv"], url: url)
+        XCTAssertEqual(denial.status, 0, denial.stderr)
+        let lines = denial.stdout.split(separator: "\n")
+        XCTAssertTrue(lines[0].hasPrefix("platform,osMajor,prompted,denied,denial_rate,denial_low,denial_high"), String(lines[0]))
+        // The CSV's prompted totals equal the view's.
+        let total = lines.dropFirst().map { Int($0.split(separator: ",")[2])! }.reduce(0, +)
+        XCTAssertEqual(total, try db.query("select sum(prompted)::int from analytics.permission_outcomes_daily").scalar(Int.self))
+
+        let priming = try CLITests.run(["stats", "priming", "--format", "json"], url: url)
+        XCTAssertEqual(priming.status, 0, priming.stderr)
+        XCTAssertTrue(priming.stdout.contains("\"arm\":\"primed\""), priming.stdout)
+        XCTAssertTrue(priming.stdout.contains("\"variant\":\"treatment\""), priming.stdout)
+        XCTAssertTrue(priming.stdout.contains("\"p_value\":"), priming.stdout)
+        XCTAssertFalse(priming.stdout.contains("nan"))
+
+        let picker = try CLITests.run(["stats", "picker", "--by", "week,flow", "--from", "2026-01-01", "--to", "2030-12-31"], url: url)
+        XCTAssertEqual(picker.status, 0, picker.stderr)
+        XCTAssertTrue(picker.stdout.contains("picker_adoption"))
+        XCTAssertEqual(try CLITests.run(["stats", "picker", "--by", "osMajor"], url: url).status, 64)
+        XCTAssertEqual(try CLITests.run(["stats", "denial", "--from", "2026-13-01"], url: url).status, 64)
+        let empty = try CLITests.run(["stats", "denial", "--app", "no.such.app"], url: url)
+        XCTAssertTrue(empty.stdout.contains("(no data for this selection)"), empty.stdout)
     }
 }

@@ -1,0 +1,147 @@
+import EventLog
+import Foundation
+import Postgres
+import Projections
+
+/// `permaudit bench project`: projector catch-up vs a plain COPY of the same rows out of the
+/// log, the projector's memory, and the three headline questions answered from the views vs
+/// from ad-hoc SQL over the raw log, in one run on one server.
+///
+/// The log is filled by COPY straight into audit.events (the write path's own speed is what
+/// `bench ingest` measures); the rows are the same wire-format events `bench ingest` generates.
+public struct ProjectionBenchmark {
+    public var events: Int
+    public var sqlDirectory: URL
+
+    public init(events: Int, sqlDirectory: URL) {
+        self.events = events
+        self.sqlDirectory = sqlDirectory
+    }
+
+    static let headlineFromViews = [
+        ("denial rate by platform and OS major", """
+            select platform, os_major, sum(denied)::float8 / nullif(sum(prompted), 0)
+              from analytics.permission_outcomes_daily group by 1, 2
+            """),
+        ("primed vs unprimed access rate", """
+            select arm, sum(granted + limited)::float8 / nullif(sum(attempts), 0)
+              from analytics.priming_arms group by 1
+            """),
+        ("picker adoption by flow", """
+            select flow, sum(picker_attempts)::float8 / nullif(sum(picker_attempts + permission_attempts), 0)
+              from analytics.picker_adoption_daily group by 1
+            """),
+    ]
+
+    static let headlineFromLog = [
+        ("denial rate by platform and OS major", """
+            with a as (
+                select app, attempt,
+                       (array_agg(platform order by occurred_at, position))[1] as platform,
+                       (array_agg(os_major order by occurred_at, position))[1] as os_major,
+                       bool_or(type = 'permission.prompted' and coalesce((payload->'attributes'->>'dialogShown')::boolean, true)) as prompted,
+                       (array_agg(type order by occurred_at desc, position desc) filter (where type in
+                           ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome
+                  from audit.events where attempt is not null group by app, attempt)
+            select platform, os_major, (count(*) filter (where outcome = 'permission.denied'))::float8 / nullif(count(*), 0)
+              from a where prompted group by 1, 2
+            """),
+        ("primed vs unprimed access rate", """
+            with a as (
+                select app, attempt, bool_or(type = 'prePermission.shown') as primed,
+                       bool_or(type in ('permission.prompted', 'prePermission.shown')) as permission_attempt,
+                       (array_agg(type order by occurred_at desc, position desc) filter (where type in
+                           ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome
+                  from audit.events where attempt is not null group by app, attempt)
+            select primed, (count(*) filter (where outcome in ('permission.granted', 'permission.limited')))::float8 / count(*)
+              from a where permission_attempt group by 1
+            """),
+        ("picker adoption by flow", """
+            with a as (
+                select app, attempt,
+                       (array_agg(flow order by occurred_at, position) filter (where flow is not null))[1] as flow,
+                       bool_or(type in ('permission.prompted', 'prePermission.shown')) as permission_attempt,
+                       bool_or(type = 'picker.opened') as picker
+                  from audit.events where attempt is not null group by app, attempt)
+            select flow, (count(*) filter (where picker and not permission_attempt))::float8
+                         / nullif(count(*) filter (where picker and not permission_attempt) + count(*) filter (where permission_attempt), 0)
+              from a group by 1
+            """),
+    ]
+
+    public struct Result: Sendable {
+        public var rows: [BenchmarkRow]
+        public var headline: [(question: String, views: Double, log: Double)]
+        public var clientPeakMiB: Double
+        public var serverPeakMiB: Double?
+    }
+
+    public func run(_ context: BenchmarkContext) throws -> Result {
+        let url = try context.freshDatabase("permaudit_bench_project", sqlDirectory: sqlDirectory)
+        defer { context.dropDatabase("permaudit_bench_project") }
+        let db = try Connection(url: url)
+        context.log("loading \(events) events into the log")
+        var generator = SyntheticEvents(seed: 7, subjects: max(1000, events / 20))
+        var versions: [Int: Int] = [:]
+        try db.copyIn("copy audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
+            for _ in 0..<events {
+                let event = generator.next()
+                let version = versions[event.subject, default: 0]
+                versions[event.subject] = version + 1
+                try writer.write(event.copyRow(version: version))
+            }
+        }
+        try db.execute("vacuum analyze audit.events")
+
+        context.log("plain COPY out of the log")
+        var bytes = 0
+        var copied = 0
+        let copySeconds = try measure {
+            copied = try db.copyOut("""
+                copy (select position, transaction_id, stream_key, type, occurred_at, app, platform, os_major, app_version, attempt,
+                             permission, flow, payload->'experiments', payload->'attributes'
+                        from audit.events order by transaction_id, position) to stdout
+                """) { bytes += $0.count }
+        }
+
+        context.log("projector catch-up")
+        let projector = Projector(connection: try Connection(url: url))
+        let backend = projector.connection.backendPID
+        var progress = Projector.Progress()
+        let projectSeconds = try measure { progress = try projector.catchUp() }
+        guard progress.events == events else { throw BenchmarkError("projected \(progress.events) of \(events) events") }
+        let serverPeak = Self.peakMiB(ofProcess: backend)
+        try db.execute("analyze")
+
+        context.log("headline questions")
+        var headline: [(String, Double, Double)] = []
+        for (index, (question, viewSQL)) in Self.headlineFromViews.enumerated() {
+            let fromViews = try Self.median { _ = try db.query(viewSQL) }
+            let fromLog = try Self.median(runs: 1) { _ = try db.query(Self.headlineFromLog[index].1) }
+            headline.append((question, fromViews, fromLog))
+        }
+        return Result(
+            rows: [
+                BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
+                             note: "\(bytes / 1_048_576) MiB"),
+                BenchmarkRow(name: "projector catch-up (projection.apply_batch, 20000 per batch)", count: progress.events, seconds: projectSeconds,
+                             note: "\(progress.batches) batches, \(progress.attempts) attempt updates"),
+            ],
+            headline: headline, clientPeakMiB: peakResidentMiB(), serverPeakMiB: serverPeak
+        )
+    }
+
+    static func median(runs: Int = 5, _ body: () throws -> Void) throws -> Double {
+        var times: [Double] = []
+        for _ in 0..<runs { times.append(try measure(body)) }
+        return times.sorted()[times.count / 2]
+    }
+
+    /// The peak resident memory (VmHWM) of a local server process, if readable.
+    static func peakMiB(ofProcess pid: Int) -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+        return kib / 1024
+    }
+}

@@ -1,0 +1,66 @@
+import EventLog
+import Foundation
+import Postgres
+import Projections
+import TestSupport
+import XCTest
+
+/// Every example query of docs/analytics.md runs, as the analyst role, on projected data; the
+/// analyst role reads the views and nothing else.
+final class AnalyticsDocTests: XCTestCase {
+    var url = ""
+    override func setUpWithError() throws { url = try TestDatabase.create() }
+    override func tearDown() { TestDatabase.drop(url) }
+
+    static func exampleQueries() throws -> [String] {
+        let text = try String(contentsOf: TestDatabase.packageRoot.appendingPathComponent("docs/analytics.md"), encoding: .utf8)
+        var queries: [String] = []
+        var current: [Substring]? = nil
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.trimmingCharacters(in: .whitespaces) == "```sql" { current = []; continue }
+            if line.hasPrefix("```"), let body = current {
+                queries.append(body.joined(separator: "\n"))
+                current = nil
+                continue
+            }
+            current?.append(line)
+        }
+        return queries
+    }
+
+    func testEveryExampleQueryRunsAsTheAnalyst() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 5)
+        try EventLog(connection: db).append(random.events(attempts: 400, subjects: 60))
+        try Projector(connection: try Connection(url: url)).catchUp()
+        let queries = try Self.exampleQueries()
+        XCTAssertGreaterThanOrEqual(queries.count, 10)
+        try db.execute("set role permaudit_analyst")
+        var withRows = 0
+        for query in queries {
+            do {
+                let rows = try db.query(query)
+                if rows.count > 0 { withRows += 1 }
+            } catch {
+                XCTFail("\(error)\n\(query)")
+            }
+        }
+        XCTAssertGreaterThanOrEqual(withRows, queries.count - 2, "most examples return rows on simulated data")
+    }
+
+    func testTheAnalystReadsTheViewsAndNothingElse() throws {
+        let db = try Connection(url: url)
+        try db.execute("set role permaudit_analyst")
+        for view in ["permission_outcomes_daily", "priming_arms", "priming_arms_daily", "experiment_arms", "experiment_arms_daily",
+                     "picker_adoption_daily", "permission_state"] {
+            XCTAssertNoThrow(try db.query("select * from analytics.\(view) limit 1"), view)
+        }
+        for forbidden in ["select * from audit.events limit 1", "select * from audit.subject_streams limit 1",
+                          "select * from projection.attempts limit 1", "select * from projection.outcomes_daily limit 1",
+                          "select * from audit.append_events('[]')", "select * from projection.apply_batch(1)"] {
+            XCTAssertThrowsError(try db.query(forbidden), forbidden) { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .insufficientPrivilege, "\(forbidden): \(error)")
+            }
+        }
+    }
+}
