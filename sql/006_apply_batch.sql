@@ -40,43 +40,49 @@ begin
         return;
     end if;
 
-    -- 1. What this batch says about each attempt it touches.
+    -- 1. What this batch says about each attempt it touches. The input is sorted once by
+    --    (occurred_at, position) within each attempt and the aggregates collect in that order
+    --    (no per-aggregate sort): element [1] is the earliest, the last element the latest.
     create temporary table touched on commit drop as
-    select b.app, b.attempt,
-           (array_agg(b.stream_key order by b.occurred_at, b.position))[1] as stream_key,
-           min(b.occurred_at) as first_at,
-           (array_agg(b.position order by b.occurred_at, b.position))[1] as first_pos,
-           (array_agg(b.platform order by b.occurred_at, b.position))[1] as platform,
-           (array_agg(b.os_major order by b.occurred_at, b.position))[1] as os_major,
-           (array_agg(b.app_version order by b.occurred_at, b.position))[1] as app_version,
-           (array_agg(b.permission order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission,
-           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission_at,
-           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.permission is not null))[1] as permission_pos,
-           (array_agg(b.flow order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow,
-           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow_at,
-           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.flow is not null))[1] as flow_pos,
-           (array_agg(b.experiments order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments,
-           (array_agg(b.occurred_at order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments_at,
-           (array_agg(b.position order by b.occurred_at, b.position) filter (where b.experiments is not null))[1] as experiments_pos,
-           (array_agg(substr(b.type, 12) order by b.occurred_at desc, b.position desc) filter (where b.type in
-               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome,
-           (array_agg(b.occurred_at order by b.occurred_at desc, b.position desc) filter (where b.type in
-               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome_at,
-           (array_agg(b.position order by b.occurred_at desc, b.position desc) filter (where b.type in
-               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1] as outcome_pos,
-           coalesce((array_agg(b.type = 'permission.denied' and coalesce((b.attributes->>'permanent')::boolean, false)
-               order by b.occurred_at desc, b.position desc) filter (where b.type in
-               ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')))[1], false) as outcome_permanent,
-           bool_or(b.type = 'permission.prompted' and coalesce((b.attributes->>'dialogShown')::boolean, true)) as prompted_dialog,
-           bool_or(b.type = 'permission.prompted') as prompted_any,
-           bool_or(b.type = 'prePermission.shown') as pre_shown,
-           bool_or(b.type = 'prePermission.accepted') as pre_accepted,
-           bool_or(b.type = 'prePermission.declined') as pre_declined,
-           bool_or(b.type = 'picker.opened') as picker_opened,
-           bool_or(b.type = 'picker.completed') as picker_completed
-      from batch b
-     where b.attempt is not null
-     group by b.app, b.attempt;
+    select app, attempt, stream_keys[1] as stream_key, first_ats[1] as first_at, positions[1] as first_pos,
+           platforms[1] as platform, os_majors[1] as os_major, app_versions[1] as app_version,
+           permissions[1] as permission, permission_ats[1] as permission_at, permission_poss[1] as permission_pos,
+           flows[1] as flow, flow_ats[1] as flow_at, flow_poss[1] as flow_pos,
+           experimentss[1] as experiments, experiments_ats[1] as experiments_at, experiments_poss[1] as experiments_pos,
+           outcomes[cardinality(outcomes)] as outcome, outcome_ats[cardinality(outcome_ats)] as outcome_at,
+           outcome_poss[cardinality(outcome_poss)] as outcome_pos,
+           coalesce(outcome_permanents[cardinality(outcome_permanents)], false) as outcome_permanent,
+           prompted_dialog, prompted_any, pre_shown, pre_accepted, pre_declined, picker_opened, picker_completed
+      from (
+        select b.app, b.attempt,
+               array_agg(b.stream_key) as stream_keys, array_agg(b.occurred_at) as first_ats, array_agg(b.position) as positions,
+               array_agg(b.platform) as platforms, array_agg(b.os_major) as os_majors, array_agg(b.app_version) as app_versions,
+               array_agg(b.permission) filter (where b.permission is not null) as permissions,
+               array_agg(b.occurred_at) filter (where b.permission is not null) as permission_ats,
+               array_agg(b.position) filter (where b.permission is not null) as permission_poss,
+               array_agg(b.flow) filter (where b.flow is not null) as flows,
+               array_agg(b.occurred_at) filter (where b.flow is not null) as flow_ats,
+               array_agg(b.position) filter (where b.flow is not null) as flow_poss,
+               array_agg(b.experiments) filter (where b.experiments is not null) as experimentss,
+               array_agg(b.occurred_at) filter (where b.experiments is not null) as experiments_ats,
+               array_agg(b.position) filter (where b.experiments is not null) as experiments_poss,
+               array_agg(substr(b.type, 12)) filter (where b.is_outcome) as outcomes,
+               array_agg(b.occurred_at) filter (where b.is_outcome) as outcome_ats,
+               array_agg(b.position) filter (where b.is_outcome) as outcome_poss,
+               array_agg(b.type = 'permission.denied' and coalesce((b.attributes->>'permanent')::boolean, false))
+                   filter (where b.is_outcome) as outcome_permanents,
+               bool_or(b.type = 'permission.prompted' and coalesce((b.attributes->>'dialogShown')::boolean, true)) as prompted_dialog,
+               bool_or(b.type = 'permission.prompted') as prompted_any,
+               bool_or(b.type = 'prePermission.shown') as pre_shown,
+               bool_or(b.type = 'prePermission.accepted') as pre_accepted,
+               bool_or(b.type = 'prePermission.declined') as pre_declined,
+               bool_or(b.type = 'picker.opened') as picker_opened,
+               bool_or(b.type = 'picker.completed') as picker_completed
+          from (select *, type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted') as is_outcome
+                  from batch where attempt is not null
+                 order by app, attempt, occurred_at, position) as b
+         group by b.app, b.attempt
+      ) as agg;
     get diagnostics n_attempts = row_count;
 
     -- 2. Their states before (old) and after (new) this batch.
@@ -205,18 +211,20 @@ begin
     -- 5. Current permission state per (app, install, permission): the latest outcome or observed
     --    status by (occurred_at, position); notDetermined while there is none.
     insert into projection.permission_state as p (app, stream_key, permission, state, since, state_pos)
-    select b.app, b.stream_key, b.permission,
-           coalesce((array_agg(case when b.type = 'permission.statusObserved' then b.attributes->>'status' else substr(b.type, 12) end
-                     order by b.occurred_at desc, b.position desc) filter (where b.type in
-                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1],
-                    'notDetermined'),
-           (array_agg(b.occurred_at order by b.occurred_at desc, b.position desc) filter (where b.type in
-                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1],
-           (array_agg(b.position order by b.occurred_at desc, b.position desc) filter (where b.type in
-                     ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted', 'permission.statusObserved')))[1]
-      from batch b
-     where b.permission is not null
-     group by b.app, b.stream_key, b.permission
+    select app, stream_key, permission, coalesce(states[cardinality(states)], 'notDetermined'),
+           sinces[cardinality(sinces)], state_poss[cardinality(state_poss)]
+      from (
+        select b.app, b.stream_key, b.permission,
+               array_agg(case when b.type = 'permission.statusObserved' then b.attributes->>'status' else substr(b.type, 12) end)
+                   filter (where b.is_state) as states,
+               array_agg(b.occurred_at) filter (where b.is_state) as sinces,
+               array_agg(b.position) filter (where b.is_state) as state_poss
+          from (select *, type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted',
+                                   'permission.statusObserved') as is_state
+                  from batch where permission is not null
+                 order by app, stream_key, permission, occurred_at, position) as b
+         group by b.app, b.stream_key, b.permission
+      ) as agg
     on conflict (app, stream_key, permission) do update set
            state = excluded.state, since = excluded.since, state_pos = excluded.state_pos
      where excluded.since is not null
