@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 DEBIAN_PACKAGES := libpq-dev postgresql
-TEST_HOME := .build/permaudit-test
+TEST_HOME := /tmp/permaudit-test-$(shell id -u)
 
 .PHONY: deps build release test bench-build clean
 
@@ -29,7 +29,7 @@ release: deps
 
 # The suite starts its own embedded PostgreSQL under $(TEST_HOME) and stops it afterwards.
 test: deps
-	@status=0; $(SWIFT) test || status=$$?; \
+	@status=0; PERMAUDIT_TEST_HOME=$(TEST_HOME) $(SWIFT) test || status=$$?; \
 	if [ -x .build/debug/permaudit ]; then PERMAUDIT_HOME=$(TEST_HOME) .build/debug/permaudit db stop >/dev/null 2>&1 || true; fi; \
 	exit $$status
 

@@ -24,13 +24,13 @@ let package = Package(
             dependencies: ["Postgres", "PermissionEvents"]
         ),
         .target(name: "Projections", dependencies: ["EventLog", "Postgres"]),
-        .target(name: "Analytics", dependencies: ["Postgres"]),
+        .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
         .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks"]
         ),
-        .target(name: "TestSupport", dependencies: ["EventLog", "Postgres"]),
+        .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),
         .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport"]),

@@ -1,4 +1,5 @@
 import Foundation
+import PermissionEvents
 
 /// A small table of results, rendered as aligned text, CSV or JSON.
 public struct ResultTable: Sendable {
@@ -20,16 +21,9 @@ public struct ResultTable: Sendable {
         var json: String {
             switch self {
             case let .text(s):
-                var out = "\""
-                for scalar in s.unicodeScalars {
-                    switch scalar {
-                    case "\"": out += "\\\""
-                    case "\\": out += "\\\\"
-                    case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-                    default: out.unicodeScalars.append(scalar)
-                    }
-                }
-                return out + "\""
+                var out = ""
+                JSONValue.writeQuoted(s, to: &out)
+                return out
             case let .integer(i): return String(i)
             case let .number(d): return d.isFinite ? String(format: "%.6g", d) : "null"
             case .null: return "null"

@@ -71,17 +71,7 @@ public final class Projector {
     /// Batches until the log's committed end; `shouldStop` is checked between batches.
     @discardableResult
     public func catchUp(shouldStop: () -> Bool = { false }, onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
-        var total = Progress()
-        while !shouldStop() {
-            let batch = try step()
-            if batch.events == 0 { total.checkpoint = batch.checkpoint; break }
-            total.events += batch.events
-            total.attempts += batch.attempts
-            total.batches += 1
-            total.checkpoint = batch.checkpoint
-            onBatch(total)
-        }
-        return total
+        try drain(shouldStop: shouldStop, onBatch: onBatch) { try step() }
     }
 
     /// Recomputes every projection from the start of the log in one transaction: readers keep
@@ -91,18 +81,23 @@ public final class Projector {
     public func rebuild(onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
         try connection.transaction {
             try connection.query("select projection.reset()")
-            var total = Progress()
-            while true {
-                let batch = try applyBatch()
-                if batch.events == 0 { total.checkpoint = batch.checkpoint; break }
-                total.events += batch.events
-                total.attempts += batch.attempts
-                total.batches += 1
-                total.checkpoint = batch.checkpoint
-                onBatch(total)
-            }
-            return total
+            return try drain(shouldStop: { false }, onBatch: onBatch) { try applyBatch() }
         }
+    }
+
+    /// Runs `batch` until it finds no events (or `shouldStop`), adding up the progress.
+    private func drain(shouldStop: () -> Bool, onBatch: (Progress) -> Void, _ batch: () throws -> Progress) throws -> Progress {
+        var total = Progress()
+        while !shouldStop() {
+            let done = try batch()
+            total.checkpoint = done.checkpoint
+            if done.events == 0 { break }
+            total.events += done.events
+            total.attempts += done.attempts
+            total.batches += 1
+            onBatch(total)
+        }
+        return total
     }
 
     /// Keeps up with the log: catches up, then waits for `NOTIFY permaudit_events` (or the

@@ -1,4 +1,5 @@
 import Foundation
+import PermissionEvents
 
 /// Valid wire-format events for tests, as JSON text, with fields overridable.
 public enum EventFixtures {
@@ -39,16 +40,9 @@ public enum EventFixtures {
     }
 
     public static func quoted(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
+        var out = ""
+        JSONValue.writeQuoted(text, to: &out)
+        return out
     }
 
     /// Invalid events, one per defect class of the contract, with the field the error must name.

@@ -1,3 +1,4 @@
+import Benchmarks
 import Foundation
 
 /// Random but valid event sets that exercise every rule of the metric definitions: outcomes
@@ -8,17 +9,7 @@ public struct RandomEvents {
 
     public init(seed: UInt64) { generator = Generator(seed: seed) }
 
-    public struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        public init(seed: UInt64) { state = seed }
-        public mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
+    public typealias Generator = SplitMix64
 
     mutating func pick<T>(_ items: [T]) -> T { items[Int.random(in: 0..<items.count, using: &generator)] }
     mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &generator) < p }

@@ -3,12 +3,13 @@ import Foundation
 import Postgres
 
 /// Databases for tests: the test run starts its own embedded cluster (the same code the CLI
-/// uses) under `.build/permaudit-test`, migrates a template database once per process, and
-/// gives each test a fresh copy of it.
+/// uses) under `$PERMAUDIT_TEST_HOME` (default `/tmp/permaudit-test-<uid>`, a place the
+/// unprivileged server user can reach wherever the checkout is), migrates a template database
+/// once per process, and gives each test a fresh copy of it.
 public enum TestDatabase {
     /// The cluster and the migrated template, prepared once per test process.
     private static let prepared: Result<EmbeddedCluster, any Error> = Result {
-        let cluster = EmbeddedCluster(home: packageRoot.appendingPathComponent(".build/permaudit-test"))
+        let cluster = EmbeddedCluster(home: home)
         try cluster.start()
         let admin = try Connection(url: cluster.url(database: "postgres"))
         try admin.execute("drop database if exists permaudit_template with (force)")
@@ -16,6 +17,14 @@ public enum TestDatabase {
         let template = try Connection(url: cluster.url(database: "permaudit_template"))
         try Migrator(directory: sqlDirectory).migrate(template)
         return cluster
+    }
+
+    /// Where the test cluster lives.
+    public static var home: URL {
+        if let path = ProcessInfo.processInfo.environment["PERMAUDIT_TEST_HOME"], !path.isEmpty {
+            return URL(fileURLWithPath: path)
+        }
+        return URL(fileURLWithPath: "/tmp/permaudit-test-\(getuid())")
     }
 
     public static var cluster: EmbeddedCluster {

@@ -18,7 +18,7 @@ let topHelp = """
       -h, --help                Show help information.
 
     SUBCOMMANDS:
-    \(commands.map { "  " + $0.name.padding(toLength: 24, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))
+    \(commands.map { "  " + $0.name.padding(toLength: 26, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))
 
       See 'permaudit help <subcommand>' for detailed help.
     """

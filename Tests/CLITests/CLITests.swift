@@ -67,6 +67,14 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(ingestHelp.contains("  -h, --help"))
     }
 
+    func testHelpSnapshots() throws {
+        // Snapshots live in Tests/CLITests/Snapshots; update them when a help text changes on purpose.
+        for (arguments, file) in [(["--help"], "help.txt"), (["help", "ingest"], "help-ingest.txt"), (["help", "project"], "help-project.txt")] {
+            let expected = try String(contentsOf: TestDatabase.packageRoot.appendingPathComponent("Tests/CLITests/Snapshots/\(file)"), encoding: .utf8)
+            XCTAssertEqual(try permaudit(arguments).stdout, expected, file)
+        }
+    }
+
     func testUsageErrorsExit64() throws {
         for arguments in [["frobnicate"], ["ingest", "--nope"], ["events", "--limit"], ["events", "--limit", "x"], ["db", "explode"]] {
             let run = try permaudit(arguments)

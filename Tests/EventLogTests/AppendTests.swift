@@ -153,7 +153,7 @@ final class AppendTests: XCTestCase {
         DispatchQueue.concurrentPerform(iterations: 8) { writer in
             do {
                 let log = EventLog(connection: try Connection(url: url))
-                var generator = SeededGenerator(seed: UInt64(writer + 1))
+                var generator = RandomEvents.Generator(seed: UInt64(writer + 1))
                 for _ in 0..<20 {
                     let batch = (0..<25).map { _ in pool[Int.random(in: 0..<pool.count, using: &generator)] }
                     _ = try log.append(batch)
@@ -173,19 +173,6 @@ final class AppendTests: XCTestCase {
             """).scalar(Int.self)
         XCTAssertEqual(gaps, 0)
         XCTAssertEqual(try db.query("select count(*) from audit.subject_streams s where next_version <> (select count(*) from audit.events e where e.stream_key = s.stream_key)").scalar(Int.self), 0)
-    }
-}
-
-/// A small deterministic generator (SplitMix64) for reproducible tests.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
 
