@@ -33,7 +33,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),
-        .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
+        .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport", "Benchmarks"]),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "EventLog", "Postgres", "TestSupport"]),
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"]),

@@ -1,3 +1,4 @@
+import Benchmarks
 import EventLog
 import Foundation
 import PermissionEvents
@@ -107,5 +108,35 @@ final class IngestorTests: XCTestCase {
         try ((0..<3).map { _ in EventFixtures.event() }.joined(separator: "\n")).write(toFile: b, atomically: true, encoding: .utf8)
         let (ingestor, _) = try ingestor()
         XCTAssertEqual(try ingestor.ingest([a, b]).appended, 13)
+    }
+}
+
+/// Ingest streams: the client's memory does not grow with the input.
+final class IngestMemoryTests: XCTestCase {
+    func testMemoryStaysFlatAsTheInputGrows() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-memory-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var generator = SyntheticEvents(seed: 99)
+        func file(_ name: String, lines: Int) throws -> String {
+            let path = directory.appendingPathComponent(name).path
+            var text = ""
+            for _ in 0..<lines { text += generator.next().json + "\n" }
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
+        let small = try file("small.ndjson", lines: 10_000)
+        let large = try file("large.ndjson", lines: 60_000)
+        let ingest = { (path: String) throws -> Ingestor.Summary in
+            try Ingestor(log: EventLog(connection: try Connection(url: url))).ingest([path])
+        }
+        XCTAssertEqual(try ingest(small).appended, 10_000)
+        let afterSmall = currentResidentMiB()
+        XCTAssertEqual(try ingest(large).appended, 60_000)
+        let afterLarge = currentResidentMiB()
+        // Six times the input, and the resident memory grows by far less than the file (~25 MiB).
+        XCTAssertLessThan(afterLarge - afterSmall, 10, "resident \(afterSmall) MiB -> \(afterLarge) MiB")
     }
 }
