@@ -50,17 +50,6 @@ public enum EventType: String, CaseIterable, Sendable {
         default: return []
         }
     }
-
-    /// Outcome types, in the order of the catalogue.
-    public var outcome: PermissionState? {
-        switch self {
-        case .permissionGranted: return .granted
-        case .permissionLimited: return .limited
-        case .permissionDenied: return .denied
-        case .permissionRestricted: return .restricted
-        default: return nil
-        }
-    }
 }
 
 /// One type-specific attribute and the rule its value follows.

@@ -31,18 +31,6 @@ public enum JSONValue: Equatable, Sendable {
         if case let .string(s) = self { return s }
         return nil
     }
-
-    /// The JSON type name used in error messages.
-    public var typeName: String {
-        switch self {
-        case .null: return "null"
-        case .bool: return "boolean"
-        case .number: return "number"
-        case .string: return "string"
-        case .array: return "array"
-        case .object: return "object"
-        }
-    }
 }
 
 /// Why a text is not acceptable JSON.

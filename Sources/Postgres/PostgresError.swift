@@ -49,12 +49,6 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
 
     public var description: String { "PostgreSQL \(code.rawValue): \(message)" }
 
-    /// True when retrying the whole transaction may succeed.
-    public var isTransient: Bool {
-        [.serializationFailure, .deadlockDetected, .connectionFailure, .adminShutdown, .cannotConnectNow].contains(code)
-            || code.rawValue.hasPrefix("08")
-    }
-
     init(result: OpaquePointer, fallback: String) {
         func field(_ key: Int32) -> String? {
             guard let value = PQresultErrorField(result, key) else { return nil }
