@@ -1,11 +1,11 @@
-# PermissionAudit: `make demo` runs the main job on the embedded database, `make test` runs the suite.
-# Both install the Debian packages they need when run as root, else print the command to run.
+# PermissionAudit: `make test` runs the whole suite on a fresh Debian machine with the Swift toolchain.
+# It installs the Debian packages they need when run as root, else print the command to run.
 
 SWIFT ?= swift
 DEBIAN_PACKAGES := libpq-dev postgresql
 TEST_HOME := /tmp/permaudit-test-$(shell id -u)
 
-.PHONY: deps build release test bench-build clean
+.PHONY: deps build release test clean
 
 deps:
 	@missing=""; \
@@ -27,9 +27,10 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
-# The suite starts its own embedded PostgreSQL under $(TEST_HOME) and stops it afterwards.
+# The suite (XCTest; no Swift Testing tests, so that runner is off) starts its own embedded
+# PostgreSQL under $(TEST_HOME) and stops it afterwards.
 test: deps
-	@status=0; PERMAUDIT_TEST_HOME=$(TEST_HOME) $(SWIFT) test || status=$$?; \
+	@status=0; PERMAUDIT_TEST_HOME=$(TEST_HOME) $(SWIFT) test --disable-swift-testing || status=$$?; \
 	if [ -x .build/debug/permaudit ]; then PERMAUDIT_HOME=$(TEST_HOME) .build/debug/permaudit db stop >/dev/null 2>&1 || true; fi; \
 	exit $$status
 
