@@ -1,5 +1,5 @@
 # PermissionAudit: `make test` runs the whole suite on a fresh Debian machine with the Swift toolchain.
-# It installs the Debian packages they need when run as root, else print the command to run.
+# It installs the Debian packages it needs when run as root, else prints the command to run.
 
 SWIFT ?= swift
 DEBIAN_PACKAGES := libpq-dev postgresql
