@@ -81,6 +81,7 @@ create table projection.priming_daily (
     granted     bigint not null default 0,
     limited     bigint not null default 0,
     denied      bigint not null default 0,
+    denied_at_dialog bigint not null default 0,  -- denied attempts in which a dialog was shown
     unique nulls not distinct (day, app, platform, permission, arm)
 );
 
@@ -94,6 +95,7 @@ create table projection.experiments_daily (
     granted     bigint not null default 0,
     limited     bigint not null default 0,
     denied      bigint not null default 0,
+    denied_at_dialog bigint not null default 0,
     unique (day, app, experiment, variant)
 );
 

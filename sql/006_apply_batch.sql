@@ -147,34 +147,37 @@ begin
            restricted = d.restricted + excluded.restricted;
 
     insert into projection.priming_daily as d
-           (day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied)
+           (day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied,
+            denied_at_dialog)
     select day, app, platform, permission, case when pre_shown then 'primed' else 'unprimed' end,
            sum(sign), coalesce(sum(sign) filter (where pre_shown and pre_accepted), 0),
            coalesce(sum(sign) filter (where pre_shown and pre_declined), 0),
            coalesce(sum(sign) filter (where prompted_dialog), 0),
            coalesce(sum(sign) filter (where outcome = 'granted'), 0), coalesce(sum(sign) filter (where outcome = 'limited'), 0),
-           coalesce(sum(sign) filter (where outcome = 'denied'), 0)
+           coalesce(sum(sign) filter (where outcome = 'denied'), 0),
+           coalesce(sum(sign) filter (where prompted_dialog and outcome = 'denied'), 0)
       from moves where permission_attempt
      group by 1, 2, 3, 4, 5
     on conflict (day, app, platform, permission, arm) do update set
            attempts = d.attempts + excluded.attempts, accepted = d.accepted + excluded.accepted,
            declined = d.declined + excluded.declined, prompted = d.prompted + excluded.prompted,
            granted = d.granted + excluded.granted, limited = d.limited + excluded.limited,
-           denied = d.denied + excluded.denied;
+           denied = d.denied + excluded.denied, denied_at_dialog = d.denied_at_dialog + excluded.denied_at_dialog;
 
     insert into projection.experiments_daily as d
-           (day, app, experiment, variant, attempts, prompted, granted, limited, denied)
+           (day, app, experiment, variant, attempts, prompted, granted, limited, denied, denied_at_dialog)
     select m.day, m.app, x.key, x.value,
            sum(m.sign), coalesce(sum(m.sign) filter (where m.prompted_dialog), 0),
            coalesce(sum(m.sign) filter (where m.outcome = 'granted'), 0), coalesce(sum(m.sign) filter (where m.outcome = 'limited'), 0),
-           coalesce(sum(m.sign) filter (where m.outcome = 'denied'), 0)
+           coalesce(sum(m.sign) filter (where m.outcome = 'denied'), 0),
+           coalesce(sum(m.sign) filter (where m.prompted_dialog and m.outcome = 'denied'), 0)
       from moves m, jsonb_each_text(m.experiments) as x(key, value)
      where m.permission_attempt and m.experiments is not null
      group by 1, 2, 3, 4
     on conflict (day, app, experiment, variant) do update set
            attempts = d.attempts + excluded.attempts, prompted = d.prompted + excluded.prompted,
            granted = d.granted + excluded.granted, limited = d.limited + excluded.limited,
-           denied = d.denied + excluded.denied;
+           denied = d.denied + excluded.denied, denied_at_dialog = d.denied_at_dialog + excluded.denied_at_dialog;
 
     insert into projection.picker_daily as d
            (day, app, platform, flow, picker_attempts, picker_completed, permission_attempts, full_access, limited_access)

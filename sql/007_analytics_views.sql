@@ -15,7 +15,8 @@ comment on view analytics.permission_outcomes_daily is
 
 -- The per-day form of the arms, for time filters; priming_arms sums it over days.
 create view analytics.priming_arms_daily as
-select day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied
+select day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied,
+       denied_at_dialog
   from projection.priming_daily
  where attempts <> 0;
 comment on view analytics.priming_arms_daily is
@@ -25,15 +26,15 @@ create view analytics.priming_arms as
 select app, platform, permission, arm,
        sum(attempts)::bigint as attempts, sum(accepted)::bigint as accepted, sum(declined)::bigint as declined,
        sum(prompted)::bigint as prompted, sum(granted)::bigint as granted, sum(limited)::bigint as limited,
-       sum(denied)::bigint as denied
+       sum(denied)::bigint as denied, sum(denied_at_dialog)::bigint as denied_at_dialog
   from projection.priming_daily
  group by app, platform, permission, arm
 having sum(attempts) <> 0;
 comment on view analytics.priming_arms is
-    'Permission attempts per app, platform, permission and arm (primed / unprimed), over all days.';
+    'Permission attempts per app, platform, permission and arm (primed / unprimed), over all days. granted, limited, denied: outcomes of all the arm''s attempts; denied_at_dialog: denials of prompted attempts (denial rate at the dialog = denied_at_dialog / prompted).';
 
 create view analytics.experiment_arms_daily as
-select day, app, experiment, variant, attempts, prompted, granted, limited, denied
+select day, app, experiment, variant, attempts, prompted, granted, limited, denied, denied_at_dialog
   from projection.experiments_daily
  where attempts <> 0;
 comment on view analytics.experiment_arms_daily is
@@ -42,7 +43,7 @@ comment on view analytics.experiment_arms_daily is
 create view analytics.experiment_arms as
 select app, experiment, variant,
        sum(attempts)::bigint as attempts, sum(prompted)::bigint as prompted, sum(granted)::bigint as granted,
-       sum(limited)::bigint as limited, sum(denied)::bigint as denied
+       sum(limited)::bigint as limited, sum(denied)::bigint as denied, sum(denied_at_dialog)::bigint as denied_at_dialog
   from projection.experiments_daily
  group by app, experiment, variant
 having sum(attempts) <> 0;

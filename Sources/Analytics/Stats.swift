@@ -87,7 +87,7 @@ public enum Stats {
         let group = query.by.isEmpty ? "" : query.groupList + ", "
         let arms = try db.query("""
             select \(select)arm, sum(attempts)::bigint, sum(accepted)::bigint, sum(declined)::bigint, sum(prompted)::bigint,
-                   sum(granted)::bigint, sum(limited)::bigint, sum(denied)::bigint
+                   sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
               from analytics.priming_arms_daily where \(query.filter)
              group by \(group)arm order by \(group)arm desc
             """, query.parameters)
@@ -100,7 +100,7 @@ public enum Stats {
         let eGroup = experimentQuery.by.isEmpty ? "" : experimentQuery.groupList + ", "
         let variants = try db.query("""
             select \(eSelect)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
-                   sum(granted)::bigint, sum(limited)::bigint, sum(denied)::bigint
+                   sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
               from analytics.experiment_arms_daily where \(query.filter)
              group by \(eGroup)experiment, variant order by \(eGroup)experiment, variant <> 'control', variant
             """, query.parameters)
@@ -109,7 +109,7 @@ public enum Stats {
         return [primed, experiments]
     }
 
-    /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied),
+    /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied at the dialog),
     /// ordered so that the rows of one group are adjacent.
     static func armTable(_ rows: QueryResult, dimensions: [String], armColumn: String, baseline: String, title: String) throws -> ResultTable {
         var table = ResultTable(title: title, columns: dimensions + [armColumn, "attempts", "access_rate", "access_low", "access_high",

@@ -60,13 +60,15 @@ enum ProjectionOracle {
             select app, platform, permission, case when primed then 'primed' else 'unprimed' end as arm, count(*) as attempts,
                    count(*) filter (where primed and accepted) as accepted, count(*) filter (where primed and declined) as declined,
                    count(*) filter (where prompted) as prompted, count(*) filter (where outcome = 'granted') as granted,
-                   count(*) filter (where outcome = 'limited') as limited, count(*) filter (where outcome = 'denied') as denied
+                   count(*) filter (where outcome = 'limited') as limited, count(*) filter (where outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
               from attempts where permission_attempt group by 1, 2, 3, 4
             """),
         ("analytics.experiment_arms", """
             select app, x.key as experiment, x.value as variant, count(*) as attempts, count(*) filter (where prompted) as prompted,
                    count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
-                   count(*) filter (where outcome = 'denied') as denied
+                   count(*) filter (where outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
               from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3
             """),
         ("analytics.picker_adoption_daily", """
