@@ -44,6 +44,9 @@ enum ProjectCommand: Command {
         let progressLine: (Projector.Progress) -> Void = { progress in
             if interactive { FileHandle.standardError.write(Data("\r\(report(progress))".utf8)) }
         }
+        if modes[0] == "--once" || modes[0] == "--follow" {
+            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
+        }
         switch modes[0] {
         case "--status":
             let status = try projector.status()
@@ -56,12 +59,10 @@ enum ProjectCommand: Command {
             if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
             print("rebuilt: " + report(done))
         case "--once":
-            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
             let done = try projector.catchUp(onBatch: progressLine)
             if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
             print(report(done))
         default:
-            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
             let stop = StopSignal()
             printError("following the log (SIGINT or SIGTERM to stop)")
             try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
@@ -99,7 +100,7 @@ enum StatsCommand: Command {
         var query = StatsQuery(app: arguments.value("--app"))
         for (option, value) in [("--from", arguments.value("--from")), ("--to", arguments.value("--to"))] {
             guard let value else { continue }
-            guard value.count == 10, RFC3339Date.isValid(value) else { throw UsageError(message: "\(option) must be a date YYYY-MM-DD, got '\(value)'", usage: usage) }
+            guard value.count == 10, RFC3339.parse(value + "T00:00:00Z") != nil else { throw UsageError(message: "\(option) must be a date YYYY-MM-DD, got '\(value)'", usage: usage) }
         }
         query.from = arguments.value("--from")
         query.to = arguments.value("--to")
@@ -127,13 +128,6 @@ enum StatsCommand: Command {
         }
         print(tables.map { $0.render(format) }.joined(separator: format == .table ? "\n" : ""), terminator: "")
         return 0
-    }
-}
-
-/// Validates `YYYY-MM-DD`.
-enum RFC3339Date {
-    static func isValid(_ text: String) -> Bool {
-        RFC3339.parse(text + "T00:00:00Z") != nil
     }
 }
 
