@@ -74,7 +74,7 @@ public final class Ingestor {
                 try db.execute("COMMIT")
             }
         } catch {
-            if db.isOpen { _ = try? receivePendingQuietly(); try? db.execute("ROLLBACK") }
+            if db.isOpen { discardPendingResult(); try? db.execute("ROLLBACK") }
             throw error
         }
         return summary
@@ -200,7 +200,8 @@ public final class Ingestor {
         }
     }
 
-    private func receivePendingQuietly() throws {
+    /// Drops the result of a batch in flight (the transaction is being rolled back anyway).
+    private func discardPendingResult() {
         if inFlight != nil {
             inFlight = nil
             _ = try? log.connection.receiveResult()

@@ -17,6 +17,14 @@ protocol Command {
 extension Command {
     static var discussion: String { "" }
 
+    /// Options without a value: every spelling in `options` (e.g. "--once", "-h, --help") that is
+    /// not a value option, so that the help text and the parser cannot disagree.
+    static var flagOptions: Set<String> {
+        Set(options.flatMap { spelling, _ in
+            spelling.split(separator: ",").compactMap { $0.split(separator: " ").first.map(String.init) }
+        }).subtracting(valueOptions)
+    }
+
     static var help: String {
         var text = "OVERVIEW: \(abstract)\n"
         if !discussion.isEmpty { text += "\n\(discussion)\n" }

@@ -1,6 +1,4 @@
-import EventLog
 import Foundation
-import Postgres
 
 let version = "0.1.0"
 
@@ -50,9 +48,7 @@ let topHelp = """
         return 0
     }
     do {
-        let flagOptions = Set(command.options.map(\.0).flatMap { $0.split(separator: ",").map { String($0.trimmingCharacters(in: .whitespaces).split(separator: " ").first ?? "") } })
-            .subtracting(command.valueOptions)
-        let parsed = try ParsedArguments(arguments, valueOptions: command.valueOptions, flagOptions: flagOptions, usage: command.usage)
+        let parsed = try ParsedArguments(arguments, valueOptions: command.valueOptions, flagOptions: command.flagOptions, usage: command.usage)
         return try command.run(parsed)
     } catch let error as UsageError {
         printError("Error: \(error.message)\nUsage: \(error.usage)\n  See 'permaudit help \(command.name)'.")
@@ -60,13 +56,8 @@ let topHelp = """
     } catch let error as CommandFailure {
         printError("Error: \(error.message)")
         return error.exitCode
-    } catch let error as AppendError {
-        printError("Error: \(error.description)")
-        return 1
-    } catch let error as PostgresError {
-        printError("Error: \(error.description)")
-        return 1
     } catch {
+        // AppendError, PostgresError and the others describe themselves without payloads.
         printError("Error: \(error)")
         return 1
     }

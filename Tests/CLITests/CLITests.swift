@@ -164,21 +164,11 @@ final class ProjectCommandTests: XCTestCase {
     override func setUpWithError() throws { url = try TestDatabase.create() }
     override func tearDown() { TestDatabase.drop(url) }
 
-    func snapshot(_ db: Connection) throws -> [String] {
-        var rows: [String] = []
-        for view in ["permission_outcomes_daily", "priming_arms_daily", "experiment_arms_daily", "picker_adoption_daily", "permission_state"] {
-            rows += try db.query("select '\(view) ' || x::text from analytics.\(view) x order by 1").column(as: String.self)
-        }
-        return rows
-    }
-
     func testKilledProjectorEndsEqualToACleanRebuild() throws {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 11)
         let events = random.events(attempts: 3000, subjects: 300)
-        for chunk in stride(from: 0, to: events.count, by: 1000) {
-            try EventLog(connection: db).append(Array(events[chunk..<min(chunk + 1000, events.count)]))
-        }
+        try TestDatabase.append(events, to: db, chunk: 1000)
         var kills = 0
         var generator = RandomEvents.Generator(seed: 3)
         for _ in 0..<6 {
@@ -199,12 +189,12 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertGreaterThan(kills, 0, "at least one projector was killed mid-way")
         let finish = try CLITests.run(["project", "--once", "--wait"], url: url)
         XCTAssertEqual(finish.status, 0, finish.stderr)
-        let afterCrashes = try snapshot(db)
+        let afterCrashes = try TestDatabase.analyticsSnapshot(db)
         XCTAssertGreaterThan(afterCrashes.count, 20)
         let rebuild = try CLITests.run(["project", "--rebuild"], url: url)
         XCTAssertEqual(rebuild.status, 0, rebuild.stderr)
         XCTAssertTrue(rebuild.stdout.hasPrefix("rebuilt: projected \(events.count) events"), rebuild.stdout)
-        XCTAssertEqual(try snapshot(db), afterCrashes)
+        XCTAssertEqual(try TestDatabase.analyticsSnapshot(db), afterCrashes)
         let status = try CLITests.run(["project", "--status"], url: url)
         XCTAssertTrue(status.stdout.contains("events behind: 0"), status.stdout)
     }

@@ -37,7 +37,7 @@ final class CommittedOrderTests: XCTestCase {
         XCTAssertEqual(Set(seen).count, 4)
         XCTAssertTrue(seen.contains(heldPosition), "the late-committing event is read after it commits")
         XCTAssertEqual(seen.count, Set(seen).count, "and read once")
-        XCTAssertEqual(try reader.read(after: page.last!.checkpoint), [].map { $0 })
+        XCTAssertTrue(try reader.read(after: page.last!.checkpoint).isEmpty, "nothing more to read")
     }
 
     func testPagingCoversEverythingOnce() throws {
@@ -56,8 +56,4 @@ final class CommittedOrderTests: XCTestCase {
         XCTAssertEqual(positions.count, 200)
         XCTAssertEqual(Set(positions).count, 200)
     }
-}
-
-extension EventLog.StoredEvent: Equatable {
-    public static func == (a: EventLog.StoredEvent, b: EventLog.StoredEvent) -> Bool { a.position == b.position }
 }

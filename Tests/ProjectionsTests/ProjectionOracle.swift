@@ -112,13 +112,4 @@ enum ProjectionOracle {
         }
         return problems
     }
-
-    /// Every view's rows as text, for comparing two states of the projections.
-    static func snapshot(_ db: Connection) throws -> [String] {
-        var all: [String] = []
-        for view in views.map(\.0) + ["analytics.permission_state", "analytics.priming_arms_daily", "analytics.experiment_arms_daily"] {
-            all += try db.query("select '\(view) ' || x::text from \(view) x order by 1").column(as: String.self)
-        }
-        return all
-    }
 }

@@ -36,9 +36,9 @@ final class ProjectorTests: XCTestCase {
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.permission_outcomes_daily").scalar(Int.self), 5)
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.experiment_arms").scalar(Int.self), 1)
             // A rebuild gives the same numbers.
-            let before = try ProjectionOracle.snapshot(db)
+            let before = try TestDatabase.analyticsSnapshot(db)
             try projector.rebuild()
-            XCTAssertEqual(try ProjectionOracle.snapshot(db), before, "seed \(seed)")
+            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db), before, "seed \(seed)")
         }
     }
 
@@ -107,9 +107,7 @@ final class ProjectorTests: XCTestCase {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 9)
         let events = random.events(attempts: 1500, subjects: 200)
-        for chunk in stride(from: 0, to: events.count, by: 500) {
-            try EventLog(connection: db).append(Array(events[chunk..<min(chunk + 500, events.count)]))
-        }
+        try TestDatabase.append(events, to: db)
         let projector = Projector(connection: try Connection(url: url))
         try projector.catchUp()
         let total = "select coalesce(sum(attempts), 0)::bigint from analytics.priming_arms"
