@@ -43,6 +43,9 @@ public final class Ingestor {
 
     private let log: EventLog
     private var summary = Summary()
+    /// Rejected events per (occurredAt day, app, platform) as far as they can be read; recorded
+    /// in `audit.intake_anomalies` with the valid events (store-valid mode).
+    private var rejectedGroups: [RejectedGroup: Int] = [:]
     private var inFlight: [Pending]? = nil
     private var failed = false
 
@@ -58,6 +61,7 @@ public final class Ingestor {
     /// summary reports nothing appended when anything was rejected.
     public func ingest(_ inputs: [String]) throws -> Summary {
         summary = Summary()
+        rejectedGroups = [:]
         failed = false
         let db = log.connection
         try db.execute("BEGIN")
@@ -71,6 +75,10 @@ public final class Ingestor {
                 summary.appended = 0
                 summary.duplicates = 0
             } else {
+                for (group, count) in rejectedGroups {
+                    try db.query("select audit.record_rejected($1::date, $2, $3, $4)",
+                                 [group.day, group.app, group.platform, count])
+                }
                 try db.execute("COMMIT")
             }
         } catch {
@@ -127,7 +135,7 @@ public final class Ingestor {
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {
         summary.rejected += 1
-        if mode == .allOrNothing { failed = true }
+        if mode == .allOrNothing { failed = true } else { rejectedGroups[RejectedGroup(raw), default: 0] += 1 }
         try onReject(Rejection(input: input, line: line, reason: reason, raw: raw))
     }
 
@@ -205,6 +213,28 @@ public final class Ingestor {
         if inFlight != nil {
             inFlight = nil
             _ = try? log.connection.receiveResult()
+        }
+    }
+}
+
+/// What can be read of a rejected event for the intake counts: its day, app and platform when
+/// they are well-formed, else nil (the rest of the event is never kept).
+struct RejectedGroup: Hashable {
+    var day: String?
+    var app: String?
+    var platform: String?
+
+    init(_ raw: [UInt8]) {
+        let value = raw.withUnsafeBufferPointer { try? JSONParser.parse(bytes: $0) }
+        if let app = value?["app"]?.stringValue, (1...255).contains(app.utf8.count),
+           app.utf8.allSatisfy({ $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D) }) {
+            self.app = app
+        }
+        if let platform = value?["platform"]?.stringValue, platform == "ios" || platform == "android" {
+            self.platform = platform
+        }
+        if let text = value?["occurredAt"]?.stringValue, let date = RFC3339.parse(text) {
+            day = ISO8601DateFormatter.string(from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withFullDate])
         }
     }
 }

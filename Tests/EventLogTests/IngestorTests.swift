@@ -91,6 +91,14 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(summary, Ingestor.Summary(appended: 37, duplicates: 1, rejected: 2, lines: 40))
         XCTAssertEqual(rejections.items.map { $0.split(separator: ":").first! }, ["6", "18"])
         XCTAssertEqual(try count(), 38)
+        // The intake counts: the duplicate (by the write path) and the two refused events (by the
+        // ingestor), under their day and app; "windows" is no platform, so it is not kept.
+        let anomalies = try db.query("""
+            select day::text, app, coalesce(platform, '-'), sum(duplicates)::int, sum(rejected)::int
+              from audit.intake_anomalies group by 1, 2, 3 order by 3
+            """).decode((String, String, String, Int, Int).self)
+        XCTAssertEqual(anomalies.map { "\($0.0) \($0.1) \($0.2) \($0.3) \($0.4)" },
+                       ["2026-10-03 com.example.app - 0 1", "2026-10-03 com.example.app android 1 1"])
     }
 
     func testLongLinesAreRejectedWithoutReadingThemWhole() throws {

@@ -80,7 +80,35 @@ enum ProjectionOracle {
                    count(*) filter (where permission_attempt and outcome = 'limited') as limited_access
               from attempts where permission_attempt or picker_opened group by 1, 2, 3, 4
             """),
+        ("analytics.experiment_arms_detail_daily", """
+            select day, app, platform, x.key as experiment, x.value as variant, count(*) as attempts,
+                   count(*) filter (where prompted) as prompted,
+                   count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
+                   count(*) filter (where outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+              from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3, 4, 5
+            """),
+        ("analytics.picker_adoption_detail_daily", """
+            select day, app, platform, os_major, app_version, flow,
+                   count(*) filter (where picker_opened and not permission_attempt) as picker_attempts,
+                   count(*) filter (where picker_opened and not permission_attempt and picker_completed) as picker_completed,
+                   count(*) filter (where permission_attempt) as permission_attempts,
+                   count(*) filter (where permission_attempt and outcome = 'granted') as full_access,
+                   count(*) filter (where permission_attempt and outcome = 'limited') as limited_access
+              from attempts where permission_attempt or picker_opened group by 1, 2, 3, 4, 5, 6
+            """),
     ]
+
+    /// Events per day and the late ones (an event of the same install that occurred later is
+    /// earlier in the log), counted over the whole log at once.
+    static let eventsDaily = """
+        select (occurred_at at time zone 'UTC')::date as day, app, platform, count(*) as events,
+               count(*) filter (where occurred_at < max_before) as late_events
+          from (select e.*, max(occurred_at) over (partition by stream_key order by position
+                                                   rows between unbounded preceding and 1 preceding) as max_before
+                  from audit.events e) as x
+         group by 1, 2, 3
+        """
 
     static let permissionState = """
         select distinct on (app, stream_key, permission) app, stream_key as subject, permission,
@@ -100,6 +128,7 @@ enum ProjectionOracle {
         var problems: [String] = []
         var checks = views.map { ($0.0, "with attempts as (\(attempts)) \($0.1)") }
         checks.append(("analytics.permission_state", permissionState))
+        checks.append(("analytics.events_daily", eventsDaily))
         for (view, expected) in checks {
             let rows = try db.query("""
                 with expected as (\(expected))
