@@ -9,7 +9,7 @@ public struct ResultTable: Sendable {
         case number(Double)
         case null
 
-        var plain: String {
+        public var plain: String {
             switch self {
             case let .text(s): return s
             case let .integer(i): return String(i)
@@ -18,7 +18,7 @@ public struct ResultTable: Sendable {
             }
         }
 
-        var json: String {
+        public var json: String {
             switch self {
             case let .text(s):
                 var out = ""
@@ -39,6 +39,19 @@ public struct ResultTable: Sendable {
         self.title = title
         self.columns = columns
         self.rows = rows
+    }
+
+    /// The index of a column by name.
+    public func column(_ name: String) -> Int? { columns.firstIndex(of: name) }
+
+    /// The numeric value of a cell (integers too), nil for text and null.
+    public func number(_ row: Int, _ column: String) -> Double? {
+        guard let index = self.column(column) else { return nil }
+        switch rows[row][index] {
+        case let .integer(i): return Double(i)
+        case let .number(d): return d
+        default: return nil
+        }
     }
 
     public enum Format: String, CaseIterable, Sendable { case table, csv, json }
@@ -64,7 +77,7 @@ public struct ResultTable: Sendable {
         return out
     }
 
-    var csv: String {
+    public var csv: String {
         func field(_ s: String) -> String {
             s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
         }

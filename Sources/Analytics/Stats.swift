@@ -19,19 +19,31 @@ public struct StatsQuery: Sendable {
 
     public var by: [Dimension] = []
     public var app: String?
+    public var platform: String?
     /// Inclusive bounds on the attempt day, `YYYY-MM-DD`.
     public var from: String?
     public var to: String?
 
-    public init(by: [Dimension] = [], app: String? = nil, from: String? = nil, to: String? = nil) {
+    public init(by: [Dimension] = [], app: String? = nil, platform: String? = nil, from: String? = nil, to: String? = nil) {
         self.by = by
         self.app = app
+        self.platform = platform
         self.from = from
         self.to = to
     }
 
-    var filter: String { "($1::text is null or app = $1) and ($2::date is null or day >= $2::date) and ($3::date is null or day <= $3::date)" }
-    var parameters: [(any PostgresEncodable)?] { [app, from, to] }
+    /// The same filters, other grouping.
+    public func grouped(by dimensions: [Dimension]) -> StatsQuery {
+        var copy = self
+        copy.by = dimensions
+        return copy
+    }
+
+    var filter: String {
+        "($1::text is null or app = $1) and ($2::date is null or day >= $2::date) and ($3::date is null or day <= $3::date)"
+            + " and ($4::text is null or platform = $4)"
+    }
+    var parameters: [(any PostgresEncodable)?] { [app, from, to, platform] }
 
     func requireDimensions(_ allowed: Set<Dimension>, view: String) throws {
         if let bad = by.first(where: { !allowed.contains($0) }) {
@@ -95,13 +107,13 @@ public enum Stats {
                                   title: "Pre-permission screens: primed vs unprimed (access = granted or limited, intention-to-treat)")
 
         var experimentQuery = query
-        experimentQuery.by = query.by.filter { [.day, .week, .app].contains($0) }
+        experimentQuery.by = query.by.filter { [.day, .week, .app, .platform].contains($0) }
         let eSelect = experimentQuery.by.isEmpty ? "" : experimentQuery.selectList + ", "
         let eGroup = experimentQuery.by.isEmpty ? "" : experimentQuery.groupList + ", "
         let variants = try db.query("""
             select \(eSelect)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
                    sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
-              from analytics.experiment_arms_daily where \(query.filter)
+              from analytics.experiment_arms_detail_daily where \(query.filter)
              group by \(eGroup)experiment, variant order by \(eGroup)experiment, variant <> 'control', variant
             """, query.parameters)
         let experiments = try armTable(variants, dimensions: experimentQuery.by.map(\.rawValue) + ["experiment"], armColumn: "variant",
@@ -114,7 +126,8 @@ public enum Stats {
     static func armTable(_ rows: QueryResult, dimensions: [String], armColumn: String, baseline: String, title: String) throws -> ResultTable {
         var table = ResultTable(title: title, columns: dimensions + [armColumn, "attempts", "access_rate", "access_low", "access_high",
                                                                       "lift", "difference", "difference_low", "difference_high", "p_value",
-                                                                      "too_small", "prompted", "denial_rate_at_dialog", "acceptance_rate"])
+                                                                      "too_small", "prompted", "denial_rate_at_dialog", "denial_at_dialog_low",
+                                                                      "denial_at_dialog_high", "acceptance_rate", "acceptance_low", "acceptance_high"])
         let k = dimensions.count
         struct Arm { var group: [String?]; var name: String; var attempts, accepted, prompted, access, denied: Int }
         var arms: [Arm] = []
@@ -131,13 +144,17 @@ public enum Stats {
             let wilson = Statistics.wilson(access)
             let base = arms.first { $0.group == arm.group && $0.name == baseline }
             let comparison = base.flatMap { $0.name == arm.name ? nil : Statistics.compare(access, baseline: Proportion($0.access, of: $0.attempts)) }
-            let acceptance: ResultTable.Cell = arm.name == "primed" ? number(Proportion(arm.accepted, of: arm.attempts).rate) : .null
+            let denial = Proportion(arm.denied, of: arm.prompted)
+            let denialInterval = Statistics.wilson(denial)
+            let acceptance = arm.name == "primed" ? Proportion(arm.accepted, of: arm.attempts) : Proportion(0, of: 0)
+            let acceptanceInterval = Statistics.wilson(acceptance)
             table.rows.append(arm.group.map { $0.map(ResultTable.Cell.text) ?? .null } + [
                 .text(arm.name), .integer(arm.attempts), number(access.rate), number(wilson?.low), number(wilson?.high),
                 number(comparison?.relativeLift), number(comparison?.difference), number(comparison?.differenceInterval.low),
                 number(comparison?.differenceInterval.high), number(comparison?.pValue),
                 .text(access.isTooSmall ? "yes" : "no"), .integer(arm.prompted),
-                number(Proportion(arm.denied, of: arm.prompted).rate), acceptance,
+                number(denial.rate), number(denialInterval?.low), number(denialInterval?.high),
+                number(acceptance.rate), number(acceptanceInterval?.low), number(acceptanceInterval?.high),
             ])
         }
         return table
@@ -145,13 +162,13 @@ public enum Stats {
 
     /// Picker adoption, completion and full-vs-limited share.
     public static func picker(_ db: Connection, _ query: StatsQuery) throws -> ResultTable {
-        try query.requireDimensions([.day, .week, .app, .platform, .flow], view: "picker")
+        try query.requireDimensions([.day, .week, .app, .platform, .osMajor, .appVersion, .flow], view: "picker")
         let select = query.by.isEmpty ? "" : query.selectList + ", "
         let group = query.by.isEmpty ? "" : "group by \(query.groupList) order by \(query.groupList)"
         let rows = try db.query("""
             select \(select)sum(picker_attempts)::bigint, sum(picker_completed)::bigint, sum(permission_attempts)::bigint,
                    sum(full_access)::bigint, sum(limited_access)::bigint
-              from analytics.picker_adoption_daily where \(query.filter) \(group)
+              from analytics.picker_adoption_detail_daily where \(query.filter) \(group)
             """, query.parameters)
         var table = ResultTable(title: "Picker vs full access",
                                 columns: query.by.map(\.rawValue) + ["picker_attempts", "permission_attempts", "picker_adoption",

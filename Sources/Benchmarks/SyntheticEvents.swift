@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Simulation
 
 /// Valid wire-format events of every type, fast and deterministic, for benchmarks: a spread of
 /// apps, installs, platforms and flows, grouped into attempts of a few events each.
@@ -26,12 +27,7 @@ public struct SyntheticEvents {
                                "picker.opened", "picker.cancelled", "settings.opened", "permission.statusObserved"]
 
     /// A fresh random UUID text from the generator.
-    mutating func uuid() -> String {
-        let a = generator.next(), b = generator.next()
-        let hex = String(format: "%016llx%016llx", a, b)
-        let chars = Array(hex)
-        return String(chars[0..<8]) + "-" + String(chars[8..<12]) + "-4" + String(chars[13..<16]) + "-a" + String(chars[17..<20]) + "-" + String(chars[20..<32])
-    }
+    mutating func uuid() -> String { generator.uuid() }
 
     /// The next event as one JSON line (no newline), and its fields for a raw-COPY reference.
     public mutating func next() -> Event {
@@ -94,17 +90,3 @@ public struct SyntheticEvents {
         public var flow: String
     }
 }
-
-/// SplitMix64: a small, fast, deterministic generator.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
-

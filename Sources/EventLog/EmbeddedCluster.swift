@@ -1,4 +1,5 @@
 import Foundation
+import Postgres
 
 /// A private PostgreSQL cluster under `$PERMAUDIT_HOME` (default `./.permaudit`), created and
 /// started on first use from the installed PostgreSQL binaries, listening on a Unix socket only.
@@ -87,6 +88,12 @@ public struct EmbeddedCluster: Sendable {
         if created.status != 0 && !created.output.contains("already exists") {
             throw ClusterError("cannot create database \(name): \(created.output)")
         }
+    }
+
+    /// Drops a database of the cluster (and ends its sessions), if it exists.
+    public func dropDatabase(_ name: String) throws {
+        let connection = try Connection(url: url(database: "postgres"))
+        try connection.execute("drop database if exists \"\(name.replacingOccurrences(of: "\"", with: "\"\""))\" with (force)")
     }
 
     // MARK: Set-up

@@ -1,4 +1,5 @@
 import Benchmarks
+import Simulation
 import Foundation
 
 /// Random but valid event sets that exercise every rule of the metric definitions: outcomes

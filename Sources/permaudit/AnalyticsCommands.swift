@@ -77,33 +77,31 @@ enum ProjectCommand: Command {
 enum StatsCommand: Command {
     static let name = "stats"
     static let abstract = "Quick product analytics in the terminal: denial, priming, picker."
-    static let usage = "permaudit stats denial|priming|picker [--by <dims>] [--app <app>] [--from <date>] [--to <date>] [--format table|csv|json] [--database-url <url>]"
+    static let usage = "permaudit stats denial|priming|picker [--by <dims>] [--app <app>] [--platform ios|android] [--from <date>] [--to <date>] [--format table|csv|json] [--database-url <url>]"
     static let discussion = """
         Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
         list of day, week, app, platform, osMajor, appVersion, permission, flow (priming: day, week,
-        app, platform, permission; picker: day, week, app, platform, flow). --from and --to bound
+        app, platform, permission, and experiments by day, week, app, platform; picker: all but
+        permission). --from and --to bound
         the attempt day (YYYY-MM-DD, inclusive). Intervals are 95% Wilson intervals; priming shows
         each arm against its baseline (unprimed, or the control variant) with relative lift, the
         unpooled difference interval and the pooled z-test's two-sided p-value.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
+        ("--platform <platform>", "Only ios or only android."),
         ("--from <date>", "First attempt day (YYYY-MM-DD)."), ("--to <date>", "Last attempt day (YYYY-MM-DD)."),
         ("--format <format>", "table (default), csv or json."), databaseOption,
     ]
-    static let valueOptions: Set<String> = ["--by", "--app", "--from", "--to", "--format", "--database-url"]
+    static let valueOptions: Set<String> = ["--by", "--app", "--platform", "--from", "--to", "--format", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first, ["denial", "priming", "picker"].contains(which) else {
             throw UsageError(message: "expected one of denial, priming, picker", usage: usage)
         }
-        var query = StatsQuery(app: arguments.value("--app"))
-        for (option, value) in [("--from", arguments.value("--from")), ("--to", arguments.value("--to"))] {
-            guard let value else { continue }
-            guard value.count == 10, RFC3339.parse(value + "T00:00:00Z") != nil else { throw UsageError(message: "\(option) must be a date YYYY-MM-DD, got '\(value)'", usage: usage) }
-        }
-        query.from = arguments.value("--from")
-        query.to = arguments.value("--to")
+        var query = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform())
+        query.from = try arguments.day("--from")
+        query.to = try arguments.day("--to")
         if let by = arguments.value("--by") {
             query.by = try by.split(separator: ",").map { name in
                 guard let dimension = StatsQuery.Dimension(rawValue: name.trimmingCharacters(in: .whitespaces)) else {

@@ -1,4 +1,5 @@
 import Foundation
+import PermissionEvents
 
 /// A subcommand: a static description for help, and a `run` over parsed arguments.
 protocol Command {
@@ -97,6 +98,24 @@ struct ParsedArguments {
             throw UsageError(message: "'\(name)' must be an integer in \(range.lowerBound)...\(range.upperBound), got '\(text)'", usage: usage)
         }
         return value
+    }
+
+    /// A `YYYY-MM-DD` option, checked (returned as given).
+    func day(_ name: String) throws -> String? {
+        guard let text = values[name] else { return nil }
+        guard text.utf8.count == 10, RFC3339.parse(text + "T00:00:00Z") != nil else {
+            throw UsageError(message: "'\(name)' must be a date YYYY-MM-DD, got '\(text)'", usage: usage)
+        }
+        return text
+    }
+
+    /// The --platform option: ios, android or absent.
+    func platform() throws -> String? {
+        guard let text = values["--platform"] else { return nil }
+        guard text == "ios" || text == "android" else {
+            throw UsageError(message: "'--platform' must be ios or android, got '\(text)'", usage: usage)
+        }
+        return text
     }
 
     func noPositionals() throws {

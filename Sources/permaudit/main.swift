@@ -3,7 +3,8 @@ import Foundation
 let version = "0.1.0"
 
 let commands: [any Command.Type] = [
-    DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self, ProjectCommand.self, StatsCommand.self, BenchCommand.self,
+    DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self, ProjectCommand.self, StatsCommand.self,
+    SimulateCommand.self, ReportCommand.self, DemoCommand.self, BenchCommand.self,
 ]
 
 let topHelp = """

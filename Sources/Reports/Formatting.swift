@@ -1,0 +1,97 @@
+import Analytics
+import Foundation
+
+/// How a report table reads to a person: rates as percentages with their interval in one cell,
+/// p-values rounded, empty cells as a dash.
+struct DisplayTable {
+    var headers: [String]
+    var rows: [[String]]
+
+    init(_ table: ResultTable) {
+        var plan: [(header: String, cell: ([ResultTable.Cell]) -> String)] = []
+        var consumed: Set<String> = []
+        for (index, name) in table.columns.enumerated() where !consumed.contains(name) {
+            let base = Self.intervalBase(name)
+            if let low = table.column(base + "_low"), let high = table.column(base + "_high") {
+                consumed.formUnion([base + "_low", base + "_high"])
+                let signed = name.hasPrefix("difference")
+                plan.append((Self.header(name), { row in
+                    guard let value = row[index].double else { return "–" }
+                    let interval = (row[low].double, row[high].double)
+                    let text = Self.percent(value, signed: signed)
+                    guard let lo = interval.0, let hi = interval.1 else { return text }
+                    return "\(text) (\(Self.percent(lo, signed: signed)) to \(Self.percent(hi, signed: signed)))"
+                }))
+            } else if Self.isProportion(name) {
+                plan.append((Self.header(name), { row in row[index].double.map { Self.percent($0, signed: name == "lift") } ?? "–" }))
+            } else if name == "p_value" {
+                plan.append(("p-value", { row in
+                    guard let p = row[index].double else { return "–" }
+                    return p < 0.001 ? "< 0.001" : String(format: "%.3f", p)
+                }))
+            } else {
+                plan.append((Self.header(name), { row in
+                    let text = row[index].plain
+                    return text.isEmpty ? "–" : text
+                }))
+            }
+        }
+        headers = plan.map(\.header)
+        rows = table.rows.map { row in plan.map { $0.cell(row) } }
+    }
+
+    /// The name of the interval columns that belong to a value column.
+    static func intervalBase(_ name: String) -> String {
+        switch name {
+        case "picker_adoption": return "adoption"
+        case "denial_rate_at_dialog": return "denial_at_dialog"
+        default: return name.hasSuffix("_rate") ? String(name.dropLast(5)) : name
+        }
+    }
+
+    static func isProportion(_ name: String) -> Bool {
+        ["rate", "share", "adoption", "completion", "lift"].contains { name.contains($0) }
+    }
+
+    static func header(_ name: String) -> String {
+        switch name {
+        case "osMajor": return "OS major"
+        case "appVersion": return "app version"
+        case "too_small": return "too small"
+        default: return name.replacingOccurrences(of: "_", with: " ")
+        }
+    }
+
+    static func percent(_ value: Double, signed: Bool = false) -> String {
+        let text = String(format: "%.1f%%", 100 * value)
+        return signed && value > 0 ? "+" + text : text
+    }
+}
+
+extension ResultTable.Cell {
+    var double: Double? {
+        switch self {
+        case let .integer(i): return Double(i)
+        case let .number(d): return d.isFinite ? d : nil
+        default: return nil
+        }
+    }
+}
+
+enum HTML {
+    static func escape(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.count)
+        for c in text {
+            switch c {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&#39;"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}
