@@ -1,15 +1,25 @@
-# PermissionAudit: `make test` runs the whole suite on a fresh Debian machine with the Swift toolchain.
-# It installs the Debian packages it needs when run as root, else prints the command to run.
+# PermissionAudit on a fresh Debian machine with the Swift toolchain:
+#   make demo   simulate, ingest, project and report on the embedded database (reports/demo/)
+#   make test   the whole test suite against its own embedded PostgreSQL
+# Each installs the Debian packages it needs when run as root, else prints the command to run.
 
 SWIFT ?= swift
 DEBIAN_PACKAGES := libpq-dev postgresql
+# The report test renders the HTML report in headless Chromium.
+TEST_PACKAGES := $(DEBIAN_PACKAGES) chromium fonts-dejavu-core
 TEST_HOME := /tmp/permaudit-test-$(shell id -u)
 
-.PHONY: deps build release test clean
+.PHONY: deps test-deps packages build release demo test clean
 
 deps:
+	@$(MAKE) --no-print-directory packages PACKAGES="$(DEBIAN_PACKAGES)"
+
+test-deps:
+	@$(MAKE) --no-print-directory packages PACKAGES="$(TEST_PACKAGES)"
+
+packages:
 	@missing=""; \
-	for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ]; then \
 			echo "Installing Debian packages:$$missing"; \
@@ -27,9 +37,13 @@ build: deps
 release: deps
 	$(SWIFT) build -c release
 
+# The main job: the embedded database in ./.permaudit, the report in reports/demo/.
+demo: release
+	.build/release/permaudit demo
+
 # The suite (XCTest; no Swift Testing tests, so that runner is off) starts its own embedded
 # PostgreSQL under $(TEST_HOME) and stops it afterwards.
-test: deps
+test: test-deps
 	@status=0; PERMAUDIT_TEST_HOME=$(TEST_HOME) $(SWIFT) test --disable-swift-testing || status=$$?; \
 	if [ -x .build/debug/permaudit ]; then PERMAUDIT_HOME=$(TEST_HOME) .build/debug/permaudit db stop >/dev/null 2>&1 || true; fi; \
 	exit $$status

@@ -25,19 +25,21 @@ let package = Package(
         ),
         .target(name: "Projections", dependencies: ["EventLog", "Postgres"]),
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
-        .target(name: "Simulation"),
+        .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Postgres", "PermissionEvents"]),
         .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports"]
         ),
-        .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation"]),
+        .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation", "Projections"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
         .testTarget(name: "PermissionEventsTests", dependencies: ["PermissionEvents", "TestSupport"]),
         .testTarget(name: "EventLogTests", dependencies: ["EventLog", "PermissionEvents", "Postgres", "TestSupport", "Benchmarks"]),
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "EventLog", "Postgres", "TestSupport"]),
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
+        .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
+        .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
     ],
     swiftLanguageModes: [.v6]

@@ -4,7 +4,8 @@ import Foundation
 /// Inline SVG charts for the HTML report: no script, no external resource; each chart scales
 /// with the page (viewBox) and carries a title for screen readers.
 enum SVGChart {
-    static let palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    /// Series colours: the first series (denial) red, the second (grant) green.
+    static let palette = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd", "#ff7f0e", "#8c564b"]
     static let stateColours = ["granted": "#2ca02c", "limited": "#98df8a", "denied": "#d62728",
                                "restricted": "#7f7f7f", "notDetermined": "#c7c7c7"]
 
@@ -19,9 +20,19 @@ enum SVGChart {
         }
     }
 
-    /// Labels longer than this are cut (the full text is in the bar's tooltip and the table).
-    static func shorten(_ text: String, _ limit: Int = 30) -> String {
-        text.count <= limit ? text : String(text.prefix(limit - 1)) + "…"
+    /// Labels longer than this are cut in the middle, keeping both ends (the full text is in the
+    /// bar's tooltip and in the table).
+    static func shorten(_ text: String, _ limit: Int = 40) -> String {
+        guard text.count > limit else { return text }
+        let tail = limit * 3 / 5
+        return String(text.prefix(limit - tail - 1)) + "…" + String(text.suffix(tail))
+    }
+
+    /// An axis from 0 to a round value at or above `high` (at most 100%), with round steps.
+    static func scale(_ high: Double) -> (max: Double, step: Double) {
+        let top = min(1, max(high, 0.01))
+        let step = [0.01, 0.02, 0.05, 0.1, 0.2].first { top / $0 <= 6 } ?? 0.2
+        return (min(1, (top / step - 1e-9).rounded(.up) * step), step)
     }
 
     static func label(_ table: ResultTable, _ row: Int, _ columns: [String]) -> String {
@@ -40,13 +51,12 @@ enum SVGChart {
                              weight: String, title: String) -> String? {
         let rows = chosenRows(table, value: value, weight: weight, limit: Report.chartRowLimit)
         guard !rows.isEmpty else { return nil }
-        let labelWidth = 230.0, plotWidth = 400.0, rowHeight = 24.0, top = 28.0
-        let maxHigh = rows.compactMap { table.number($0, high) ?? table.number($0, value) }.max() ?? 1
-        let scaleMax = min(1, max(0.1, (maxHigh * 10).rounded(.up) / 10))
+        let labelWidth = 290.0, plotWidth = 350.0, rowHeight = 24.0, top = 28.0
+        let (scaleMax, step) = scale(rows.compactMap { table.number($0, high) ?? table.number($0, value) }.max() ?? 1)
         let height = top + Double(rows.count) * rowHeight + 24
         func x(_ v: Double) -> Double { labelWidth + plotWidth * min(max(v, 0), scaleMax) / scaleMax }
         var svg = header(width: 720, height: height, title: title)
-        for tick in stride(from: 0.0, through: scaleMax + 1e-9, by: scaleMax / 5) {
+        for tick in stride(from: 0.0, through: scaleMax + 1e-9, by: step) {
             svg += "<line x1=\"\(f(x(tick)))\" y1=\"\(f(top - 4))\" x2=\"\(f(x(tick)))\" y2=\"\(f(height - 20))\" class=\"grid\"/>"
             svg += "<text x=\"\(f(x(tick)))\" y=\"\(f(height - 6))\" class=\"tick\" text-anchor=\"middle\">\(Int((tick * 100).rounded()))%</text>"
         }
@@ -76,12 +86,11 @@ enum SVGChart {
         guard let xIndex = table.column(xColumn), !table.rows.isEmpty else { return nil }
         let n = table.rows.count
         let left = 50.0, plotWidth = 600.0, top = 30.0, plotHeight = 200.0
-        let maxHigh = series.flatMap { s in table.rows.indices.compactMap { table.number($0, s.high) } }.max() ?? 1
-        let scaleMax = min(1, max(0.1, (maxHigh * 10).rounded(.up) / 10))
+        let (scaleMax, step) = scale(series.flatMap { s in table.rows.indices.compactMap { table.number($0, s.high) } }.max() ?? 1)
         func x(_ i: Int) -> Double { n == 1 ? left + plotWidth / 2 : left + plotWidth * Double(i) / Double(n - 1) }
         func y(_ v: Double) -> Double { top + plotHeight * (1 - min(max(v, 0), scaleMax) / scaleMax) }
         var svg = header(width: 720, height: top + plotHeight + 50, title: title)
-        for tick in stride(from: 0.0, through: scaleMax + 1e-9, by: scaleMax / 5) {
+        for tick in stride(from: 0.0, through: scaleMax + 1e-9, by: step) {
             svg += "<line x1=\"\(f(left))\" y1=\"\(f(y(tick)))\" x2=\"\(f(left + plotWidth))\" y2=\"\(f(y(tick)))\" class=\"grid\"/>"
             svg += "<text x=\"\(f(left - 6))\" y=\"\(f(y(tick) + 4))\" class=\"tick\" text-anchor=\"end\">\(Int((tick * 100).rounded()))%</text>"
         }
@@ -112,13 +121,13 @@ enum SVGChart {
         var groups: [String] = []
         for row in table.rows where !groups.contains(row[g].plain) { groups.append(row[g].plain) }
         let shown = Array(groups.prefix(Report.chartRowLimit))
-        let labelWidth = 230.0, plotWidth = 440.0, rowHeight = 26.0, top = 34.0
+        let labelWidth = 290.0, plotWidth = 400.0, rowHeight = 26.0, top = 34.0
         var svg = header(width: 720, height: top + Double(shown.count) * rowHeight + 10, title: title)
         var legendX = labelWidth
         for state in ["granted", "limited", "denied", "restricted", "notDetermined"] {
             svg += "<rect x=\"\(f(legendX))\" y=\"8\" width=\"12\" height=\"12\" fill=\"\(stateColours[state]!)\"/>"
             svg += "<text x=\"\(f(legendX + 16))\" y=\"18\" class=\"label\">\(state)</text>"
-            legendX += 92
+            legendX += 80
         }
         for (i, name) in shown.enumerated() {
             let y = top + Double(i) * rowHeight

@@ -153,7 +153,7 @@ public struct ReportWriter {
 
     func htmlTable(_ table: ResultTable) -> String {
         let display = DisplayTable(table)
-        var out = table.rows.count > Report.chartRowLimit ? "<div class=\"scroll\">" : "<div>"
+        var out = table.rows.count > Report.chartRowLimit ? "<div class=\"table scroll\">" : "<div class=\"table\">"
         out += "<table><caption>\(HTML.escape(table.title)) (\(table.rows.count) rows)</caption><thead><tr>"
             + display.headers.map { "<th scope=\"col\">\(HTML.escape($0))</th>" }.joined() + "</tr></thead><tbody>"
         for row in display.rows {
@@ -172,7 +172,7 @@ public struct ReportWriter {
         .card span{display:block;color:#57606a;font-size:.8rem}.card strong{font-size:1.35rem}
         .notes{background:#fff8e1;border-left:4px solid #f0b400;padding:4px 14px;margin:14px 0}
         figure{margin:0 0 22px;break-inside:avoid}.chart svg{width:100%;max-width:760px;height:auto;display:block}
-        .scroll{max-height:420px;overflow:auto;border:1px solid #e3e6ea}
+        .table{overflow-x:auto}.scroll{max-height:420px;overflow:auto;border:1px solid #e3e6ea}
         table{border-collapse:collapse;font-size:.84rem;margin:6px 0;font-variant-numeric:tabular-nums}
         caption{text-align:left;color:#57606a;font-size:.8rem;padding:2px 0}
         th,td{border-bottom:1px solid #e3e6ea;padding:3px 8px;text-align:right;white-space:nowrap}
@@ -182,6 +182,7 @@ public struct ReportWriter {
         svg .tick{font-size:11px;fill:#57606a}svg .note{font-size:11px;fill:#57606a}
         svg .grid{stroke:#e3e6ea;stroke-width:1}svg .bar{fill:#9ecae1}svg .whisker{stroke:#08306b;stroke-width:1.6;fill:none}
         @media print{body{max-width:none;padding:0;font-size:11pt}nav{display:none}.scroll{max-height:none;overflow:visible;border:0}
-        h2{break-after:avoid}thead th{position:static}a{color:inherit;text-decoration:none}}
+        h2{break-after:avoid}thead th{position:static}a{color:inherit;text-decoration:none}
+        .table{overflow:visible}table{font-size:8pt}th,td{white-space:normal;padding:2px 4px}}
         """
 }

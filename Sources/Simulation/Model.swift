@@ -1,3 +1,5 @@
+import PermissionEvents
+
 /// The world the simulator draws from: apps, platforms, OS and app versions, and the true
 /// behaviour of users at each screen. A report built from simulated traffic can be checked
 /// against these numbers.
@@ -85,8 +87,4 @@ public struct Model: Sendable {
         return treatment ? acceptPrePermission * device * accessAtDialog(platform, primed: true)
                          : device * accessAtDialog(platform, primed: false)
     }
-}
-
-public enum Platform: String, Sendable, CaseIterable, Hashable {
-    case ios, android
 }

@@ -1,4 +1,5 @@
 import Foundation
+import PermissionEvents
 
 /// Realistic synthetic traffic in wire format v1, deterministic by seed.
 ///

@@ -1,4 +1,5 @@
 import Foundation
+import PermissionEvents
 
 /// What a simulation used and generated: the model's true parameters, the expected values a
 /// report should recover, and exact counts of what was sent.

@@ -1,0 +1,95 @@
+import Foundation
+import Postgres
+import TestSupport
+import XCTest
+
+/// `simulate`, `report` and `demo` as a user runs them.
+final class ReportCommandTests: XCTestCase {
+    var url = ""
+    var directory: URL!
+    override func setUpWithError() throws {
+        url = try TestDatabase.create()
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("report-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+    override func tearDown() {
+        TestDatabase.drop(url)
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    func permaudit(_ arguments: [String], environment: [String: String] = [:]) throws -> CLITests.Run {
+        try CLITests.run(arguments, url: url, environment: environment)
+    }
+
+    func testSimulateToAFileIsDeterministicBySeed() throws {
+        var files: [String] = []
+        for name in ["a", "b"] {
+            let path = directory.appendingPathComponent("\(name).ndjson").path
+            let run = try permaudit(["simulate", "--seed", "3", "--subjects", "50", "--days", "7", "--start", "2026-10-01", "--out", path])
+            XCTAssertEqual(run.status, 0, run.stderr)
+            XCTAssertTrue(run.stdout.contains("True parameters"), run.stdout)
+            XCTAssertTrue(run.stdout.contains("denial at the dialog, ios: unprimed 32.0%"), run.stdout)
+            files.append(try String(contentsOfFile: path, encoding: .utf8))
+        }
+        XCTAssertEqual(files[0], files[1])
+        XCTAssertTrue(files[0].hasPrefix("{\"eventId\":"))
+        XCTAssertEqual(try permaudit(["simulate", "--start", "October"]).status, 64)
+        XCTAssertEqual(try permaudit(["simulate", "--live", "--out", "x"]).status, 64)
+    }
+
+    func testSimulateIngestProjectAndReport() throws {
+        let simulated = try permaudit(["simulate", "--subjects", "300", "--start", "2026-10-01"])
+        XCTAssertEqual(simulated.status, 0, simulated.stderr)
+        XCTAssertTrue(simulated.stdout.contains("ingested: appended "), simulated.stdout)
+        XCTAssertEqual(try permaudit(["project", "--once"]).status, 0)
+
+        let out = directory.appendingPathComponent("r").path
+        let report = try permaudit(["report", "--out", out, "--app", "com.example.snap", "--from", "2026-10-02"])
+        XCTAssertEqual(report.status, 0, report.stderr)
+        for file in ["report.md", "report.html", "report.json", "csv/summary.csv", "csv/rates_by_platform.csv"] {
+            XCTAssertTrue(FileManager.default.fileExists(atPath: out + "/" + file), file)
+            XCTAssertTrue(report.stdout.contains(out + "/" + file), file)
+        }
+        let json = try String(contentsOfFile: out + "/report.json", encoding: .utf8)
+        XCTAssertTrue(json.contains("\"filters\":{\"app\":\"com.example.snap\",\"platform\":null,\"from\":\"2026-10-02\",\"to\":null}"), json)
+
+        let onlyJSON = directory.appendingPathComponent("j").path
+        XCTAssertEqual(try permaudit(["report", "--out", onlyJSON, "--format", "json"]).status, 0)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: onlyJSON), ["report.json"])
+        for bad in [["--format", "pdf"], ["--platform", "windows"], ["--to", "2026-13-01"]] {
+            let run = try permaudit(["report"] + bad)
+            XCTAssertEqual(run.status, 64, "\(bad)")
+            XCTAssertTrue(run.stderr.contains(bad[0]), run.stderr)
+        }
+    }
+
+    func testLiveTrafficStopsAfterItsDuration() throws {
+        let run = try permaudit(["simulate", "--live", "--rate", "200", "--duration", "2", "--subjects", "50"])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        let appended: Int = try Connection(url: url).query("select count(*)::bigint from audit.events").scalar()
+        XCTAssertGreaterThan(appended, 50)
+        XCTAssertTrue(run.stdout.hasPrefix("appended \(appended) events"), run.stdout)
+    }
+
+    /// The main job, small: the embedded database of $PERMAUDIT_HOME (the test cluster), run
+    /// twice (the second run reuses the log) and with --fresh.
+    func testDemoRunsAgainAndStartsOverWithFresh() throws {
+        let environment = ["PERMAUDIT_HOME": TestDatabase.home.path, "DATABASE_URL": ""]
+        let out = directory.appendingPathComponent("demo").path
+        let first = try permaudit(["demo", "--fresh", "--subjects", "400", "--out", out], environment: environment)
+        XCTAssertEqual(first.status, 0, first.stderr + first.stdout)
+        for expected in ["simulated ", "ingested: appended ", "projected ", "Headline (95% intervals):", "denial rate ",
+                         "priming-2026 treatment: access ", "True parameters", "Report: \(out)/report.html"] {
+            XCTAssertTrue(first.stdout.contains(expected), "missing '\(expected)' in\n\(first.stdout)")
+        }
+        XCTAssertTrue(FileManager.default.fileExists(atPath: out + "/report.html"))
+        let again = try permaudit(["demo", "--subjects", "400", "--out", out], environment: environment)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertTrue(again.stdout.contains("reusing them"), again.stdout)
+        XCTAssertTrue(again.stdout.contains("projected 0 events"), again.stdout)
+        let fresh = try permaudit(["demo", "--fresh", "--subjects", "400", "--out", out], environment: environment)
+        XCTAssertEqual(fresh.status, 0, fresh.stderr)
+        XCTAssertTrue(fresh.stdout.contains("dropped the demo database"), fresh.stdout)
+        XCTAssertTrue(fresh.stdout.contains("ingested: appended "), fresh.stdout)
+    }
+}

@@ -1,0 +1,252 @@
+import Analytics
+import EventLog
+import Foundation
+import PermissionEvents
+import Postgres
+import Projections
+import Reports
+import Simulation
+import TestSupport
+import XCTest
+
+final class ReportTests: XCTestCase {
+    /// One simulated, projected database shared by the tests of this class.
+    nonisolated(unsafe) static var simulated: String?
+    static func simulatedDatabase() throws -> String {
+        if let url = simulated { return url }
+        let url = try TestDatabase.create()
+        try TestDatabase.loadSimulation(.october(seed: 5, subjects: 3000), into: url)
+        simulated = url
+        return url
+    }
+    override class func tearDown() { simulated.map(TestDatabase.drop) }
+
+    var directory: URL!
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("report-test-\(UUID().uuidString)")
+    }
+    override func tearDown() { try? FileManager.default.removeItem(at: directory) }
+
+    // MARK: Numbers
+
+    func testEveryNumberEqualsTheViewsForTheSameFilters() throws {
+        let db = try Connection(url: try Self.simulatedDatabase())
+        let filters = StatsQuery(app: "com.example.snap", platform: "ios", from: "2026-10-05", to: "2026-10-20")
+        let report = try Report.build(db, filters: filters)
+        let scope = "app = 'com.example.snap' and platform = 'ios' and day between '2026-10-05' and '2026-10-20'"
+
+        let (events, late) = try db.query("select sum(events)::bigint, sum(late_events)::bigint from analytics.events_daily where \(scope)")
+            .decode((Int, Int).self)[0]
+        XCTAssertEqual(report.overview.events, events)
+        XCTAssertEqual(report.overview.lateEvents, late)
+        XCTAssertEqual(report.overview.firstDay, "2026-10-05")
+        XCTAssertEqual(report.overview.lastDay, "2026-10-20")
+        XCTAssertEqual(report.overview.permissionAttempts,
+                       try db.query("select sum(attempts)::bigint from analytics.priming_arms_daily where \(scope)").scalar(Int.self))
+        XCTAssertEqual(report.overview.pickerAttempts,
+                       try db.query("select sum(picker_attempts)::bigint from analytics.picker_adoption_daily where \(scope)").scalar(Int.self))
+
+        try assertTable(report, "rates_by_flow", keys: ["flow"], db: db, sql: """
+            select flow, sum(prompted), sum(denied), sum(denied)::float8 / sum(prompted), sum(granted)::float8 / sum(prompted),
+                   sum(limited)::float8 / sum(prompted)
+              from analytics.permission_outcomes_daily where \(scope) group by flow
+            """, values: ["prompted", "denied", "denial_rate", "grant_rate", "limited_rate"])
+        try assertTable(report, "rates_by_app_version", keys: ["app", "appVersion"], db: db, sql: """
+            select app, app_version, sum(prompted), sum(denied), sum(denied_permanent)
+              from analytics.permission_outcomes_daily where \(scope) group by 1, 2
+            """, values: ["prompted", "denied", "denied_permanent"])
+        try assertTable(report, "weekly_trend", keys: ["week"], db: db, sql: """
+            select date_trunc('week', day)::date::text, sum(prompted), sum(granted)::float8 / sum(prompted)
+              from analytics.permission_outcomes_daily where \(scope) group by 1
+            """, values: ["prompted", "grant_rate"])
+        try assertTable(report, "priming_by_platform", keys: ["platform", "arm"], db: db, sql: """
+            select platform, arm, sum(attempts), sum(granted + limited)::float8 / sum(attempts), sum(prompted),
+                   sum(denied_at_dialog)::float8 / sum(prompted)
+              from analytics.priming_arms_daily where \(scope) group by 1, 2
+            """, values: ["attempts", "access_rate", "prompted", "denial_rate_at_dialog"])
+        try assertTable(report, "experiments", keys: ["app", "experiment", "variant"], db: db, sql: """
+            select app, experiment, variant, sum(attempts), sum(granted + limited)::float8 / sum(attempts)
+              from analytics.experiment_arms_detail_daily where \(scope) group by 1, 2, 3
+            """, values: ["attempts", "access_rate"])
+        try assertTable(report, "picker_by_app_version", keys: ["app", "appVersion"], db: db, sql: """
+            select app, app_version, sum(picker_attempts), sum(permission_attempts),
+                   sum(picker_attempts)::float8 / sum(picker_attempts + permission_attempts)
+              from analytics.picker_adoption_detail_daily where \(scope) group by 1, 2
+            """, values: ["picker_attempts", "permission_attempts", "picker_adoption"])
+        try assertTable(report, "permission_state", keys: ["permission", "state"], db: db, sql: """
+            select permission, state, count(*) from analytics.permission_state
+             where app = 'com.example.snap' and permission like 'ios.%' group by 1, 2
+            """, values: ["installs"])
+    }
+
+    /// The table's rows, keyed by `keys`, equal the query's rows (keys first, then `values`).
+    func assertTable(_ report: Report, _ name: String, keys: [String], db: Connection, sql: String, values: [String],
+                     file: StaticString = #filePath, line: UInt = #line) throws {
+        let table = try XCTUnwrap(report.item(name), name, file: file, line: line)
+        let expected = try db.query(sql)
+        XCTAssertEqual(table.rows.count, expected.count, "\(name): rows", file: file, line: line)
+        XCTAssertGreaterThan(expected.count, 0, "\(name): the check needs data", file: file, line: line)
+        for row in 0..<expected.count {
+            let key = (0..<keys.count).map { expected[row, $0] ?? "" }
+            guard let match = table.rows.indices.first(where: { r in keys.map { table.text(r, $0) } == key }) else {
+                XCTFail("\(name): no row \(key)", file: file, line: line)
+                continue
+            }
+            for (offset, column) in values.enumerated() {
+                let want = try expected.value(row, keys.count + offset, as: Double.self)
+                let got = try XCTUnwrap(table.number(match, column), "\(name) \(key) \(column)", file: file, line: line)
+                XCTAssertEqual(got, want, accuracy: 1e-12, "\(name) \(key) \(column)", file: file, line: line)
+            }
+        }
+    }
+
+    // MARK: Formats
+
+    func testFormatsCarryTheSameTables() throws {
+        let report = try Report.build(try Connection(url: try Self.simulatedDatabase()), filters: StatsQuery())
+        let written = try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
+        XCTAssertEqual(written.count, 3 + report.tables.count)
+
+        let json = try JSONParser.parse(try String(contentsOf: directory.appendingPathComponent("report.json"), encoding: .utf8),
+                                        maxDepth: 64)
+        XCTAssertEqual(json["format"]?.stringValue, "permaudit.report")
+        XCTAssertEqual(json["version"], .number("1"))
+        guard case let .array(sections)? = json["sections"] else { return XCTFail("sections") }
+        XCTAssertEqual(sections.count, report.sections.count)
+        guard case let .array(tables)? = sections[0]["tables"], case let .array(rows)? = tables[1]["rows"],
+              case let .array(columns)? = tables[1]["columns"] else { return XCTFail("tables") }
+        let first = report.sections[0].items[1].table
+        XCTAssertEqual(tables[1]["name"]?.stringValue, report.sections[0].items[1].name)
+        XCTAssertEqual(columns.compactMap(\.stringValue), first.columns)
+        XCTAssertEqual(rows.count, first.rows.count)
+        guard case let .object(overview)? = json["overview"] else { return XCTFail("overview") }
+        XCTAssertEqual(overview.first { $0.key == "events" }?.value, .number(String(report.overview.events)))
+
+        for (name, table) in report.tables {
+            let csv = try String(contentsOf: directory.appendingPathComponent("csv/\(name).csv"), encoding: .utf8)
+            XCTAssertEqual(csv.split(separator: "\n").count, table.rows.count + 1, name)
+            XCTAssertEqual(csv.split(separator: "\n").first.map(String.init), table.columns.joined(separator: ","), name)
+        }
+        let markdown = try String(contentsOf: directory.appendingPathComponent("report.md"), encoding: .utf8)
+        for section in report.sections { XCTAssertTrue(markdown.contains("## \(section.title)"), section.title) }
+        let html = try String(contentsOf: directory.appendingPathComponent("report.html"), encoding: .utf8)
+        XCTAssertFalse(html.contains("<script"))
+        XCTAssertFalse(html.contains("http://") && html.replacingOccurrences(of: "http://www.w3.org/2000/svg", with: "").contains("http://"))
+        XCTAssertFalse(html.contains("https://"))
+        XCTAssertGreaterThanOrEqual(html.components(separatedBy: "<svg").count - 1, 10)
+        for text in [markdown, html] { assertNoBrokenNumbers(text) }
+    }
+
+    func assertNoBrokenNumbers(_ text: String, file: StaticString = #filePath, line: UInt = #line) {
+        for bad in ["NaN", "nan%", "inf%", "Infinity"] {
+            XCTAssertFalse(text.contains(bad), "output contains \(bad)", file: file, line: line)
+        }
+    }
+
+    // MARK: Little or no data
+
+    func testEmptyDatabaseGivesAReportThatSaysSo() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let report = try Report.build(try Connection(url: url), filters: StatsQuery())
+        XCTAssertTrue(report.sections.isEmpty)
+        XCTAssertTrue(report.notes[0].hasPrefix("No events match this selection"), report.notes[0])
+        try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
+        let html = try String(contentsOf: directory.appendingPathComponent("report.html"), encoding: .utf8)
+        XCTAssertTrue(html.contains("No events match this selection"))
+        assertNoBrokenNumbers(html)
+        assertNoBrokenNumbers(try String(contentsOf: directory.appendingPathComponent("report.json"), encoding: .utf8))
+    }
+
+    func testTinyDataNamesWhatIsMissing() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let attempt = UUID()
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", attempt: attempt, removing: ["experiments", "attributes"]),
+            EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt, removing: ["experiments"]),
+        ])
+        try Projector(connection: db).catchUp()
+        let report = try Report.build(db, filters: StatsQuery())
+        let notes = report.notes.joined(separator: "\n")
+        for expected in ["No pre-permission screen", "No permission attempt carried an experiment key", "The system picker was not used",
+                         "too small to judge"] {
+            XCTAssertTrue(notes.contains(expected), "missing note: \(expected)\n\(notes)")
+        }
+        XCTAssertEqual(report.item("rates_overall")?.number(0, "denial_rate"), 1)
+        try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
+        for file in ["report.html", "report.md", "report.json"] {
+            assertNoBrokenNumbers(try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8))
+        }
+    }
+
+    /// 50 flows and 30 app versions: charts draw the largest rows only (no crowded labels),
+    /// tables keep every row.
+    func testLongTailsStayReadable() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        var events: [String] = []
+        for i in 0..<60 {
+            let attempt = UUID()
+            let overrides = ["flow": EventFixtures.quoted("flow-\(i % 50)"), "appVersion": EventFixtures.quoted("1.\(i % 30).0")]
+            events.append(EventFixtures.event(type: "permission.prompted", subject: "s\(i)", attempt: attempt, overrides: overrides,
+                                              removing: ["attributes"]))
+            events.append(EventFixtures.event(type: i % 3 == 0 ? "permission.denied" : "permission.granted", subject: "s\(i)",
+                                              occurredAt: "2026-10-03T09:16:00.000Z", attempt: attempt, overrides: overrides,
+                                              removing: i % 3 == 0 ? [] : ["attributes"]))
+        }
+        try EventLog(connection: db).append(events)
+        try Projector(connection: db).catchUp()
+        let report = try Report.build(db, filters: StatsQuery())
+        XCTAssertEqual(report.item("rates_by_flow")?.rows.count, 50)
+        XCTAssertEqual(report.item("rates_by_app_version")?.rows.count, 30)
+        let html = ReportWriter(report).html
+        for (figure, rows) in [("rates_by_flow", 50), ("rates_by_app_version", 30)] {
+            let start = try XCTUnwrap(html.range(of: "<figure id=\"\(figure)\">"))
+            let end = try XCTUnwrap(html.range(of: "</figure>", range: start.upperBound..<html.endIndex))
+            let part = html[start.upperBound..<end.lowerBound]
+            XCTAssertEqual(part.components(separatedBy: "class=\"bar\"").count - 1, Report.chartRowLimit, figure)
+            XCTAssertTrue(part.contains("\(Report.chartRowLimit) largest of \(rows) rows"), figure)
+            XCTAssertEqual(part.components(separatedBy: "<tr>").count - 2, rows, figure)  // header row + data rows
+        }
+    }
+
+    // MARK: Rendering
+
+    func testHTMLRendersInHeadlessChromium() throws {
+        guard let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].first(where: FileManager.default.isExecutableFile) else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { return XCTFail("chromium is not installed (make deps installs it)") }
+            throw XCTSkip("chromium is not installed; 'make deps' installs it")
+        }
+        let report = try Report.build(try Connection(url: try Self.simulatedDatabase()), filters: StatsQuery())
+        try ReportWriter(report).write([.html], to: directory)
+        let blank = directory.appendingPathComponent("blank.html")
+        try Data("<!DOCTYPE html><html><body></body></html>".utf8).write(to: blank)
+
+        func screenshot(_ page: URL) throws -> (bytes: Int, log: String) {
+            let png = page.deletingPathExtension().appendingPathExtension("png")
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: chromium)
+            process.arguments = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+                                 "--user-data-dir=\(directory.appendingPathComponent("profile").path)",
+                                 "--screenshot=\(png.path)", "--window-size=1200,2400", page.absoluteString]
+            let errors = Pipe()
+            process.standardError = errors
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 0, log)
+            let size = (try FileManager.default.attributesOfItem(atPath: png.path)[.size] as? Int) ?? 0
+            return (size, log)
+        }
+        let page = try screenshot(directory.appendingPathComponent("report.html"))
+        let empty = try screenshot(blank)
+        // A rendered page compresses far worse than a white one.
+        XCTAssertGreaterThan(page.bytes, 10 * max(empty.bytes, 1), "the page looks blank")
+        let consoleLines = page.log.split(separator: "\n").filter { $0.contains("CONSOLE") || $0.contains("Uncaught") || $0.contains("net::ERR") }
+        XCTAssertEqual(consoleLines, [], "console errors")
+    }
+}
