@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Postgres", "PermissionEvents"]),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports"]

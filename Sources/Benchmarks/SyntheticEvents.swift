@@ -90,3 +90,22 @@ public struct SyntheticEvents {
         public var flow: String
     }
 }
+
+extension SyntheticEvents {
+    /// Fills an empty, migrated log with `events` generated events by COPY straight into
+    /// audit.events (for benchmarks of what reads the log; the write path's own speed is what
+    /// `bench ingest` measures).
+    public static func fillLog(_ db: Connection, events: Int, seed: UInt64 = 7) throws {
+        var generator = SyntheticEvents(seed: seed, subjects: max(1000, events / 20))
+        var versions: [Int: Int] = [:]
+        try db.copyIn("copy audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
+            for _ in 0..<events {
+                let event = generator.next()
+                let version = versions[event.subject, default: 0]
+                versions[event.subject] = version + 1
+                try writer.write(event.copyRow(version: version))
+            }
+        }
+        try db.execute("vacuum analyze audit.events")
+    }
+}

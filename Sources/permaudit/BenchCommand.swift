@@ -6,7 +6,7 @@ import Postgres
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT)."
-    static let usage = "permaudit bench ingest|append|project [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project|report [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -18,13 +18,15 @@ enum BenchCommand: Command {
           project  projector catch-up over --events events (default 1000000) vs a plain COPY of
                    the same rows out of the log; projector memory; the three headline questions
                    from the views vs ad-hoc SQL over the raw log
+          report   'permaudit report' in every format over --events projected events (default
+                   1000000) vs a plain SELECT of every row of the views it reads; client memory
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest, append or project", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append, project or report", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -54,8 +56,19 @@ enum BenchCommand: Command {
                 print(String(format: "| %@ | %.1f | %.1f | %.0fx |", item.question, item.views * 1000, item.log * 1000, item.log / max(item.views, 1e-9)))
             }
             return 0
+        case "report":
+            let events = try arguments.int("--events", default: 1_000_000)
+            let result = try ReportBenchmark(events: events, sqlDirectory: sql).run(context)
+            print("permaudit bench report, \(events) events, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
+            print("| measurement | rows | ms (median of 3) | vs reference | note |\n|---|---:|---:|---:|---|")
+            for row in result.rows {
+                print(String(format: "| %@ | %d | %.1f | %.2fx | %@ |", row.name, row.count, row.seconds * 1000,
+                             row.seconds / max(result.rows[0].seconds, 1e-9), row.note))
+            }
+            print(String(format: "\nreport client peak memory: %.0f MiB", result.clientPeakMiB))
+            return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append or project", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project or report", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {
