@@ -18,6 +18,12 @@ let package = Package(
             providers: [.apt(["libpq-dev"])]
         ),
         .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "PermissionEvents"),
         .target(
             name: "EventLog",

@@ -222,7 +222,7 @@ final class ProjectCommandTests: XCTestCase {
         let picker = try CLITests.run(["stats", "picker", "--by", "week,flow", "--from", "2026-01-01", "--to", "2030-12-31"], url: url)
         XCTAssertEqual(picker.status, 0, picker.stderr)
         XCTAssertTrue(picker.stdout.contains("picker_adoption"))
-        XCTAssertEqual(try CLITests.run(["stats", "picker", "--by", "osMajor"], url: url).status, 64)
+        XCTAssertEqual(try CLITests.run(["stats", "picker", "--by", "permission"], url: url).status, 64)  // picker attempts have no permission
         XCTAssertEqual(try CLITests.run(["stats", "denial", "--from", "2026-13-01"], url: url).status, 64)
         let empty = try CLITests.run(["stats", "denial", "--app", "no.such.app"], url: url)
         XCTAssertTrue(empty.stdout.contains("(no data for this selection)"), empty.stdout)
