@@ -24,6 +24,7 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "Crypto", dependencies: ["CCrypto"]),
+        .target(name: "Compliance", dependencies: ["Crypto", "Postgres", "PermissionEvents"]),
         .target(name: "PermissionEvents"),
         .target(
             name: "EventLog",
@@ -36,7 +37,7 @@ let package = Package(
         .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports"]),
         .executableTarget(
             name: "permaudit",
-            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports"]
+            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto"]
         ),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation", "Projections"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),

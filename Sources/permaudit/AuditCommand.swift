@@ -1,0 +1,142 @@
+import Compliance
+import Crypto
+import EventLog
+import Foundation
+import Postgres
+
+enum AuditCommand: Command {
+    static let name = "audit"
+    static let abstract = "Compliance: seal keys, seals, verification, inclusion proofs, subject export and erasure."
+    static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase [options]"
+    static let discussion = """
+          keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir)
+          seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
+                                      Merkle seals of at most --max-events events each)
+          verify [--from P] [--to P] [--public-key FILE]
+                                      recompute the chain, signatures and every sealed event's hash;
+                                      exit 0 intact, 1 tampered, 2 could not verify
+          prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
+          check-proof FILE --public-key FILE
+                                      verify a proof offline, without any database
+          subject --app A --subject S [--format ndjson|json]
+                                      export every event of one install, with positions and seals
+          erase --app A --subject S --reason TEXT
+                                      delete the link between the install id and its events; the
+                                      events and the seals stay, the erasure is recorded
+        Every command that reads the database records itself in audit.access_log (never an install
+        id). Keys: the private key file is created with mode 0600; seal and verify find the pair in
+        $PERMAUDIT_HOME/keys/ unless --key / --public-key say otherwise. See docs/compliance.md.
+        """
+    static let options = [
+        ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
+        ("--public-key <file>", "Public key for verify and check-proof (default beside the private key)."),
+        ("--key-dir <dir>", "Where keygen writes the pair (default $PERMAUDIT_HOME/keys)."),
+        ("--max-events <n>", "seal: events per seal at most (default 100000)."),
+        ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
+        ("--app <app>", "subject, erase: the app."), ("--subject <id>", "subject, erase: the install id."),
+        ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json."),
+        databaseOption,
+    ]
+    static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--app", "--subject",
+                                            "--reason", "--format", "--database-url"]
+
+    static var keyDirectory: URL { EmbeddedCluster.fromEnvironment().home.appendingPathComponent("keys") }
+
+    static func run(_ arguments: ParsedArguments) throws -> Int32 {
+        guard let action = arguments.positionals.first else { throw UsageError(message: "expected an audit action", usage: usage) }
+        let rest = Array(arguments.positionals.dropFirst())
+        let store = KeyStore(directory: arguments.value("--key-dir").map { URL(fileURLWithPath: $0) } ?? keyDirectory)
+        func publicKey() throws -> VerifyingKey {
+            try KeyStore.verifyingKey(at: arguments.value("--public-key").map { URL(fileURLWithPath: $0) } ?? store.publicKeyURL)
+        }
+        do {
+            switch (action, rest.count) {
+            case ("keygen", 0):
+                let key = try store.generate()
+                print("wrote \(store.privateKeyURL.path) (mode 0600) and \(store.publicKeyURL.path)")
+                print("key fingerprint: \(key.fingerprint)")
+                return 0
+            case ("seal", 0):
+                let key = try KeyStore.signingKey(at: arguments.value("--key").map { URL(fileURLWithPath: $0) } ?? store.privateKeyURL)
+                var sealer = Sealer(key: key)
+                sealer.maxEventsPerSeal = try arguments.int("--max-events", default: 100_000, range: 1...10_000_000)
+                let db = try openDatabase(arguments)
+                let seals = try sealer.seal(db)
+                try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
+                if seals.isEmpty { print("nothing to seal: every committed event is sealed") }
+                for seal in seals {
+                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after) through \(seal.through)), root \(Hex.encode(seal.merkleRoot))")
+                }
+                return 0
+            case ("verify", 0):
+                let key: VerifyingKey
+                do { key = try publicKey() } catch { printError("Error: \(error)"); return 2 }
+                let from = try arguments.int("--from", default: 1, range: 1...Int.max)
+                let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
+                let range = arguments.value("--from") == nil && arguments.value("--to") == nil ? nil : Int64(from)...Int64(to)
+                let db: Postgres.Connection
+                do { db = try openDatabase(arguments) } catch { printError("Error: \(error)"); return 2 }
+                let result = try Verifier(publicKey: key).verify(db, positions: range)
+                try SubjectRights.recordAccess(db, command: "audit verify", details: [
+                    "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all", "result": result.intact ? "intact" : "tampered",
+                    "failures": "\(result.failures.count)",
+                ])
+                print(result.lines.joined(separator: "\n"))
+                if result.sealsChecked == 0 { printError("Error: no seal to verify against (run 'permaudit audit seal')"); return 2 }
+                return result.intact ? 0 : 1
+            case ("prove", 1):
+                guard let id = UUID(uuidString: rest[0]) else { throw UsageError(message: "EVENT_ID must be a UUID, got '\(rest[0])'", usage: usage) }
+                let db = try openDatabase(arguments)
+                let proof = try InclusionProof.make(db, eventId: id)
+                try SubjectRights.recordAccess(db, command: "audit prove", details: ["event": id.uuidString.lowercased()])
+                print(proof.json, terminator: "")
+                return 0
+            case ("check-proof", 1):
+                guard arguments.value("--public-key") != nil else { throw UsageError(message: "check-proof needs --public-key", usage: usage) }
+                guard let text = try? String(contentsOfFile: rest[0], encoding: .utf8) else { throw CommandFailure(message: "\(rest[0]): cannot read") }
+                let proof = try InclusionProof(json: text)
+                try proof.check(publicKey: try publicKey())
+                print("valid: event \(proof.eventId.uuidString.lowercased()) at position \(proof.position) is leaf \(proof.leafIndex) of seal \(proof.seal.id) (\(proof.seal.eventCount) events), signed by key \(proof.seal.keyFingerprint)")
+                return 0
+            case ("subject", 0):
+                let (app, subject) = try install(arguments)
+                let format = arguments.value("--format") ?? "ndjson"
+                guard format == "ndjson" || format == "json" else { throw UsageError(message: "'--format' must be ndjson or json", usage: usage) }
+                let db = try openDatabase(arguments)
+                let events = try SubjectRights.export(db, app: app, subject: subject)
+                try SubjectRights.recordAccess(db, command: "audit subject", details: ["app": app, "events": "\(events.count)"])
+                let lines = SubjectRights.ndjson(events)
+                print(format == "ndjson" ? lines : "[" + lines.split(separator: "\n").joined(separator: ",") + "]\n", terminator: "")
+                if events.isEmpty { printError("no events for this install (unknown, or erased)") }
+                return 0
+            case ("erase", 0):
+                let (app, subject) = try install(arguments)
+                guard let reason = arguments.value("--reason"), !reason.trimmingCharacters(in: .whitespaces).isEmpty else {
+                    throw UsageError(message: "erase needs --reason", usage: usage)
+                }
+                let db = try openDatabase(arguments)
+                let key = try db.transaction { () -> Int64? in
+                    let key = try SubjectRights.erase(db, app: app, subject: subject, reason: reason)
+                    try SubjectRights.recordAccess(db, command: "audit erase", details: ["app": app, "streamKey": key.map(String.init) ?? "none"])
+                    return key
+                }
+                guard let key else { throw CommandFailure(message: "no such install for app \(app) (unknown or already erased)") }
+                print("erased: the install's link to stream \(key) is deleted; its events stay in the log, unlinked, and the seals still verify")
+                return 0
+            default:
+                throw UsageError(message: "unknown audit action '\(([action] + rest).joined(separator: " "))'", usage: usage)
+            }
+        } catch let error as ComplianceError {
+            throw CommandFailure(message: error.description)
+        } catch let error as CryptoError {
+            throw CommandFailure(message: error.description)
+        }
+    }
+
+    static func install(_ arguments: ParsedArguments) throws -> (String, String) {
+        guard let app = arguments.value("--app"), let subject = arguments.value("--subject") else {
+            throw UsageError(message: "--app and --subject are required", usage: usage)
+        }
+        return (app, subject)
+    }
+}
