@@ -47,6 +47,7 @@ let package = Package(
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
+        .testTarget(name: "ComplianceTests", dependencies: ["Compliance", "Crypto", "EventLog", "Postgres", "Projections", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
     ],
     swiftLanguageModes: [.v6]

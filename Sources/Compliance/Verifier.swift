@@ -64,17 +64,19 @@ public struct Verifier {
         var previousEnd = LogPoint.start
         for seal in seals {
             var sealFailures: [Failure] = []
-            let first = { (leaves: [SealedLeaf]?) in leaves?.first?.position }
+            let leaves = try Seal.leaves(db, sealId: seal.id)
+            // Seal-level failures name the seal's first sealed position (as far as it can be read).
+            let first = leaves?.first?.position
             if seal.previousHash != previous || seal.after != previousEnd {
-                sealFailures.append(Failure(kind: .brokenChain, sealId: seal.id, position: nil,
+                sealFailures.append(Failure(kind: .brokenChain, sealId: seal.id, position: first,
                                             detail: seal.previousHash != previous ? "previous_hash is not the hash of seal \(seal.id - 1)"
                                                                                   : "range does not start where seal \(seal.id - 1) ends"))
             }
             if seal.sealHash != SHA256.hash(seal.message) {
-                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: nil, detail: "seal_hash does not match its fields"))
+                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first, detail: "seal_hash does not match its fields"))
             }
             if seal.keyFingerprint != publicKey.fingerprint || !publicKey.isValidSignature(seal.signature, for: seal.message) {
-                sealFailures.append(Failure(kind: .badSignature, sealId: seal.id, position: nil,
+                sealFailures.append(Failure(kind: .badSignature, sealId: seal.id, position: first,
                                             detail: seal.keyFingerprint != publicKey.fingerprint
                                                 ? "signed by another key (\(seal.keyFingerprint.prefix(16))...)" : "the signature does not verify"))
             }
@@ -82,7 +84,6 @@ public struct Verifier {
             previous = seal.sealHash
             previousEnd = seal.through
 
-            let leaves = try Seal.leaves(db, sealId: seal.id)
             if let positions, let leaves, !leaves.contains(where: { positions.contains($0.position) }) {
                 result.failures += sealFailures
                 if sealFailures.isEmpty { result.sealsValid += 1 }
@@ -90,7 +91,7 @@ public struct Verifier {
                 continue
             }
             guard let leaves, leaves.count == seal.eventCount, Merkle.root(leaves.map(\.hash)) == seal.merkleRoot else {
-                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first(nil),
+                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first,
                                             detail: "the stored leaves do not give the signed Merkle root"))
                 result.failures += sealFailures
                 result.sealsChecked += 1
