@@ -58,4 +58,21 @@ public enum TestDatabase {
     }()
 
     public static var sqlDirectory: URL { packageRoot.appendingPathComponent("sql") }
+
+    /// The ```sql blocks of a document of the repository, in order.
+    public static func sqlBlocks(ofDocument path: String) throws -> [String] {
+        let text = try String(contentsOf: packageRoot.appendingPathComponent(path), encoding: .utf8)
+        var blocks: [String] = []
+        var current: [Substring]? = nil
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.trimmingCharacters(in: .whitespaces) == "```sql" { current = []; continue }
+            if line.hasPrefix("```"), let body = current {
+                blocks.append(body.joined(separator: "\n"))
+                current = nil
+                continue
+            }
+            current?.append(line)
+        }
+        return blocks
+    }
 }

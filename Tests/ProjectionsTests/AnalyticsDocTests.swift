@@ -12,21 +12,7 @@ final class AnalyticsDocTests: XCTestCase {
     override func setUpWithError() throws { url = try TestDatabase.create() }
     override func tearDown() { TestDatabase.drop(url) }
 
-    static func exampleQueries() throws -> [String] {
-        let text = try String(contentsOf: TestDatabase.packageRoot.appendingPathComponent("docs/analytics.md"), encoding: .utf8)
-        var queries: [String] = []
-        var current: [Substring]? = nil
-        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            if line.trimmingCharacters(in: .whitespaces) == "```sql" { current = []; continue }
-            if line.hasPrefix("```"), let body = current {
-                queries.append(body.joined(separator: "\n"))
-                current = nil
-                continue
-            }
-            current?.append(line)
-        }
-        return queries
-    }
+    static func exampleQueries() throws -> [String] { try TestDatabase.sqlBlocks(ofDocument: "docs/analytics.md") }
 
     func testEveryExampleQueryRunsAsTheAnalyst() throws {
         let db = try Connection(url: url)

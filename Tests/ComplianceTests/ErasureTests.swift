@@ -1,0 +1,67 @@
+import Compliance
+import Crypto
+import EventLog
+import Foundation
+import Postgres
+import Projections
+import TestSupport
+import XCTest
+
+final class ErasureTests: XCTestCase {
+    func testAfterErasureNothingConnectsTheInstallIdAndTheSealsStillVerify() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        let db = sealed.db
+        let secret = "inst-erase-me-7f3a91c2"
+        let attempt = UUID()
+        try TestDatabase.append([
+            EventFixtures.event(type: "permission.prompted", subject: secret, attempt: attempt, removing: ["attributes"]),
+            EventFixtures.event(type: "permission.granted", subject: secret, occurredAt: "2026-10-03T09:16:00.000Z", attempt: attempt,
+                                removing: ["attributes"]),
+        ], to: db)
+        try Sealer(key: sealed.key).seal(db)
+        try Projector(connection: db).catchUp()
+        let before = try TestDatabase.analyticsSnapshot(db)
+
+        let exported = try SubjectRights.export(db, app: "com.example.app", subject: secret)
+        XCTAssertEqual(exported.count, 2)
+        XCTAssertEqual(exported.map(\.sealId), [3, 3], "the second sealing made seal 3")
+        XCTAssertTrue(exported.allSatisfy { $0.json.contains("\"subject\": \"\(secret)\"") })
+
+        let key = try XCTUnwrap(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "GDPR art. 17 request 42"))
+        XCTAssertNil(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "again"))
+        XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: "other", reason: " "))
+        try SubjectRights.recordAccess(db, command: "audit erase", details: ["app": "com.example.app", "streamKey": "\(key)"])
+
+        XCTAssertEqual(try SubjectRights.export(db, app: "com.example.app", subject: secret).count, 0)
+        XCTAssertEqual(try TestDatabase.analyticsSnapshot(db), before)
+        try Projector(connection: db).rebuild()
+        XCTAssertEqual(try TestDatabase.analyticsSnapshot(db), before, "a rebuild gives the same numbers")
+        XCTAssertTrue(try sealed.verify().intact)
+        let erasure = try db.query("select app, stream_key, reason from audit.erasures").decode((String, Int64, String).self)
+        XCTAssertEqual(erasure.map { "\($0.0) \($0.1) \($0.2)" }, ["com.example.app \(key) GDPR art. 17 request 42"])
+
+        // No table holds the install id any more ...
+        let tables = try db.query("""
+            select format('%I.%I', n.nspname, c.relname) from pg_class c join pg_namespace n on n.oid = c.relnamespace
+             where c.relkind = 'r' and n.nspname not in ('pg_catalog', 'information_schema', 'pg_toast')
+            """).column(as: String.self)
+        XCTAssertGreaterThan(tables.count, 10)
+        for table in tables {
+            let hits: Int = try db.query("select count(*)::bigint from \(table) t where t::text like '%' || $1 || '%'", [secret]).scalar()
+            XCTAssertEqual(hits, 0, table)
+        }
+        // ... and neither does a dump of the database.
+        let dump = Process()
+        dump.executableURL = URL(fileURLWithPath: try PostgresBinaries.locate().path("pg_dump"))
+        dump.arguments = ["--dbname=\(sealed.url)", "--no-owner"]
+        let out = Pipe()
+        dump.standardOutput = out
+        try dump.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        dump.waitUntilExit()
+        XCTAssertEqual(dump.terminationStatus, 0)
+        XCTAssertTrue(text.contains("GDPR art. 17 request 42"), "the dump holds the data")
+        XCTAssertFalse(text.contains(secret))
+    }
+}

@@ -1,0 +1,65 @@
+import EventLog
+import Foundation
+import Postgres
+import TestSupport
+import XCTest
+
+/// Each role against each operation, as the role itself (SET ROLE): allowed ones work,
+/// forbidden ones fail.
+final class RoleMatrixTests: XCTestCase {
+    static let roles = ["permaudit_writer", "permaudit_projector", "permaudit_analyst", "permaudit_auditor"]
+
+    func testRoleByOperation() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        try EventLog(connection: db).append([EventFixtures.event(subject: "matrix-1")])
+        let event = "'" + EventFixtures.event(subject: "matrix-2").replacingOccurrences(of: "'", with: "''") + "'"
+        let operations: [(String, String, Set<String>)] = [
+            ("append through the write path", "select * from audit.append_events(('[' || \(event) || ']')::jsonb)", ["permaudit_writer"]),
+            ("record rejected events", "select audit.record_rejected(current_date, 'a', 'ios', 1)", ["permaudit_writer"]),
+            ("insert into the log directly", "insert into audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, payload) values (gen_random_uuid(), 1, 99, 'x', now(), 'a', 'ios', 1, '1', '{}')", []),
+            ("insert into the link table", "insert into audit.subject_streams (app, subject) values ('a', 'b')", []),
+            ("read the log", "select count(*) from audit.events", ["permaudit_projector", "permaudit_auditor"]),
+            ("read the link table", "select count(*) from audit.subject_streams", []),
+            ("update the log", "update audit.events set app = app", []),
+            ("delete from the log", "delete from audit.events", []),
+            ("truncate the log", "truncate audit.events", []),
+            ("run a projection batch", "select * from projection.apply_batch(10)", ["permaudit_projector"]),
+            ("write projection tables", "delete from projection.outcomes_daily", []),
+            ("read projection state", "select count(*) from projection.attempts", ["permaudit_auditor"]),
+            ("read the analytics views", "select count(*) from analytics.permission_outcomes_daily", ["permaudit_analyst", "permaudit_auditor"]),
+            ("read the seals", "select count(*) from audit.seals", ["permaudit_projector", "permaudit_auditor"]),
+            ("change a seal", "delete from audit.seals", []),
+            ("read the access record", "select count(*) from audit.access_log", ["permaudit_auditor"]),
+            ("record an access", "select audit.record_access('test', '{}')", ["permaudit_auditor"]),
+            ("export an install", "select count(*) from audit.subject_events('com.example.app', 'matrix-1')", ["permaudit_auditor"]),
+            ("erase an install", "select audit.erase_subject('com.example.app', 'nobody', 'test')", ["permaudit_auditor"]),
+            ("rewrite the erasure record", "update audit.erasures set reason = 'x'", []),
+        ]
+        var wrong: [String] = []
+        for role in Self.roles {
+            for (name, sql, allowed) in operations {
+                try db.execute("begin")
+                try db.execute("set local role \(role)")
+                let worked: Bool
+                do { _ = try db.query(sql); worked = true } catch { worked = false }
+                try db.execute("rollback")
+                if worked != allowed.contains(role) { wrong.append("\(role) \(worked ? "could" : "could not") \(name)") }
+            }
+        }
+        XCTAssertEqual(wrong, [])
+
+        // The owner cannot log in; the log refuses changes even to a superuser in replica mode.
+        let owner: String = try db.query("select pg_get_userbyid(relowner)::text from pg_class where oid = 'audit.events'::regclass").scalar()
+        XCTAssertEqual(owner, "permaudit_owner")
+        XCTAssertFalse(try db.query("select rolcanlogin from pg_roles where rolname = $1", [owner]).scalar(Bool.self))
+        try db.execute("set session_replication_role = replica")
+        for sql in ["update audit.events set app = app", "delete from audit.events", "truncate audit.events", "delete from audit.seals"] {
+            XCTAssertThrowsError(try db.execute(sql), sql) { error in
+                XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010", sql)
+            }
+        }
+        try db.execute("set session_replication_role = origin")
+    }
+}
