@@ -1,4 +1,5 @@
 import Analytics
+import Compliance
 import EventLog
 import Foundation
 import PermissionEvents
@@ -7,14 +8,15 @@ import Projections
 enum ProjectCommand: Command {
     static let name = "project"
     static let abstract = "Turn the log into the analytics projections (once, follow, rebuild, status)."
-    static let usage = "permaudit project --once|--follow|--rebuild|--status [--batch-size <n>] [--poll <seconds>] [--wait] [--database-url <url>]"
+    static let usage = "permaudit project --once|--follow|--rebuild|--status [--batch-size <n>] [--poll <seconds>] [--seal-every <seconds>] [--key <file>] [--wait] [--database-url <url>]"
     static let discussion = """
         Reads the log in committed order, in batches; each batch's projection writes and its
         checkpoint commit in one transaction. Only one projector works at a time: a second one
         exits with a message naming the first, or queues behind it with --wait.
           --once     catch up to the current end, print what was done, exit
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
-                     SIGINT/SIGTERM finish the current batch and exit 0
+                     SIGINT/SIGTERM finish the current batch and exit 0; with --seal-every N
+                     it also seals the committed log every N seconds (permaudit audit seal)
           --rebuild  recompute everything from the start in one transaction: readers see the
                      previous numbers until it commits, then the new ones at once
           --status   checkpoint, events behind, age of the oldest unprojected event
@@ -23,9 +25,11 @@ enum ProjectCommand: Command {
         ("--once", "Catch up and exit."), ("--follow", "Keep up continuously."),
         ("--rebuild", "Recompute from the start and switch atomically."), ("--status", "Show the checkpoint and the lag."),
         ("--batch-size <n>", "Events per batch (default 20000)."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
+        ("--seal-every <seconds>", "With --follow: seal every so many seconds."),
+        ("--key <file>", "Seal private key (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
         ("--wait", "Wait for a running projector instead of exiting."), databaseOption,
     ]
-    static let valueOptions: Set<String> = ["--batch-size", "--poll", "--database-url"]
+    static let valueOptions: Set<String> = ["--batch-size", "--poll", "--seal-every", "--key", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         try arguments.noPositionals()
@@ -65,8 +69,22 @@ enum ProjectCommand: Command {
         default:
             let stop = StopSignal()
             printError("following the log (SIGINT or SIGTERM to stop)")
+            // Periodic sealing, on the projector's own connection between batches.
+            var sealer: Sealer?
+            var lastSeal = Date.distantPast
+            if arguments.value("--seal-every") != nil {
+                let url = arguments.value("--key").map { URL(fileURLWithPath: $0) } ?? AuditCommand.keyDirectory.appendingPathComponent("seal-ed25519.pem")
+                do { sealer = Sealer(key: try KeyStore.signingKey(at: url)) } catch { throw CommandFailure(message: "\(error)") }
+            }
+            let sealEvery = Double(try arguments.int("--seal-every", default: 60, range: 1...86_400))
             try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
                 printError(report(progress))
+            }, afterCatchUp: {
+                guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
+                lastSeal = Date()
+                for seal in try sealer.seal(projector.connection) {
+                    printError("sealed \(seal.eventCount) events as seal \(seal.id)")
+                }
             })
             printError("stopped")
         }

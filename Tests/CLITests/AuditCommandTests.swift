@@ -1,0 +1,103 @@
+import Foundation
+import Postgres
+import TestSupport
+import XCTest
+
+/// `permaudit audit ...` and `project --follow --seal-every` as a user runs them.
+final class AuditCommandTests: XCTestCase {
+    var url = ""
+    var home: URL!
+    override func setUpWithError() throws {
+        url = try TestDatabase.create()
+        home = FileManager.default.temporaryDirectory.appendingPathComponent("audit-cli-\(UUID().uuidString)")
+    }
+    override func tearDown() {
+        TestDatabase.drop(url)
+        try? FileManager.default.removeItem(at: home)
+    }
+
+    func permaudit(_ arguments: [String]) throws -> CLITests.Run {
+        try CLITests.run(arguments, url: url, environment: ["PERMAUDIT_HOME": home.path])
+    }
+
+    func testKeygenSealVerifyProveEraseAndTheAccessRecord() throws {
+        let db = try Connection(url: url)
+        try TestDatabase.append([EventFixtures.event(subject: "cli-a"), EventFixtures.event(subject: "cli-b"),
+                                 EventFixtures.event(subject: "cli-secret-42")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 2, "no key yet: cannot verify")
+
+        let keygen = try permaudit(["audit", "keygen"])
+        XCTAssertEqual(keygen.status, 0, keygen.stderr)
+        let privateKey = home.appendingPathComponent("keys/seal-ed25519.pem").path
+        let mode = try FileManager.default.attributesOfItem(atPath: privateKey)[.posixPermissions] as? Int
+        XCTAssertEqual(mode, 0o600)
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 1, "never overwrites a key")
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 2, "nothing sealed: cannot verify")
+
+        let seal = try permaudit(["audit", "seal"])
+        XCTAssertEqual(seal.status, 0, seal.stderr)
+        XCTAssertTrue(seal.stdout.hasPrefix("sealed 3 events as seal 1"), seal.stdout)
+        let verify = try permaudit(["audit", "verify"])
+        XCTAssertEqual(verify.status, 0, verify.stdout + verify.stderr)
+        XCTAssertTrue(verify.stdout.contains("seals valid: 1/1\nevents valid: 3/3"), verify.stdout)
+
+        let id: String = try db.query("select event_id::text from audit.events where position = 2").scalar()
+        let prove = try permaudit(["audit", "prove", id])
+        XCTAssertEqual(prove.status, 0, prove.stderr)
+        let proof = home.appendingPathComponent("proof.json").path
+        try prove.stdout.write(toFile: proof, atomically: true, encoding: .utf8)
+        // Offline: no database at all.
+        let check = try CLITests.run(["audit", "check-proof", proof, "--public-key", home.appendingPathComponent("keys/seal-ed25519.pub.pem").path],
+                                     url: "postgresql:///nowhere?host=/nonexistent", environment: ["PERMAUDIT_HOME": "/nonexistent"])
+        XCTAssertEqual(check.status, 0, check.stderr)
+        XCTAssertTrue(check.stdout.hasPrefix("valid: event \(id) at position 2"), check.stdout)
+
+        let export = try permaudit(["audit", "subject", "--app", "com.example.app", "--subject", "cli-secret-42"])
+        XCTAssertEqual(export.status, 0, export.stderr)
+        XCTAssertTrue(export.stdout.contains("\"sealId\":1,\"event\":{"), export.stdout)
+        XCTAssertEqual(try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42"]).status, 64, "needs a reason")
+        let erase = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "request 7"])
+        XCTAssertEqual(erase.status, 0, erase.stderr)
+        XCTAssertFalse(erase.stdout.contains("cli-secret-42"))
+        XCTAssertEqual(try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "again"]).status, 1)
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0, "erasure leaves the seals intact")
+
+        let record = try db.query("select command, details::text from audit.access_log order by access_id").decode((String, String).self)
+        XCTAssertEqual(record.map(\.0), ["audit verify", "audit seal", "audit verify", "audit prove", "audit subject", "audit erase", "audit erase", "audit verify"])
+        XCTAssertFalse(record.contains { $0.1.contains("cli-secret-42") })
+
+        // Tampering: exit 1 and the position.
+        try db.execute("alter table audit.events disable trigger user; update audit.events set app_version = '0.0.1' where position = 3")
+        let tampered = try permaudit(["audit", "verify"])
+        XCTAssertEqual(tampered.status, 1)
+        XCTAssertTrue(tampered.stdout.contains("FAIL seal 1: modified at position 3"), tampered.stdout)
+    }
+
+    func testFollowSealsPeriodically() throws {
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        try TestDatabase.append([EventFixtures.event(subject: "follow-a"), EventFixtures.event(subject: "follow-b")], to: try Connection(url: url))
+        let process = Process()
+        process.executableURL = CLITests.binary
+        process.arguments = ["project", "--follow", "--seal-every", "1", "--poll", "1"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url, "PERMAUDIT_HOME": home.path]) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let db = try Connection(url: url)
+        var sealed = 0
+        for _ in 0..<50 where sealed < 2 {
+            Thread.sleep(forTimeInterval: 0.2)
+            sealed = try db.query("select coalesce(sum(event_count), 0)::bigint from audit.seals").scalar()
+        }
+        try TestDatabase.append([EventFixtures.event(subject: "follow-c")], to: db)
+        for _ in 0..<50 where sealed < 3 {
+            Thread.sleep(forTimeInterval: 0.2)
+            sealed = try db.query("select coalesce(sum(event_count), 0)::bigint from audit.seals").scalar()
+        }
+        process.terminate()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+        XCTAssertEqual(sealed, 3, "the follower sealed the first events and then the new one")
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0)
+    }
+}
