@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "EventLog", targets: ["EventLog"]),
         .library(name: "Projections", targets: ["Projections"]),
         .library(name: "Analytics", targets: ["Analytics"]),
+        .library(name: "Dashboards", targets: ["Dashboards"]),
         .executable(name: "permaudit", targets: ["permaudit"]),
     ],
     targets: [
@@ -25,7 +26,8 @@ let package = Package(
         ),
         .target(name: "Projections", dependencies: ["EventLog", "Postgres"]),
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections"]),
+        .target(name: "Dashboards"),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Dashboards"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks"]
@@ -37,6 +39,10 @@ let package = Package(
         .testTarget(name: "ProjectionsTests", dependencies: ["Projections", "EventLog", "Postgres", "TestSupport"]),
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"]),
+        .testTarget(
+            name: "DashboardTests",
+            dependencies: ["Dashboards", "Benchmarks", "TestSupport", "Postgres", "EventLog", "Projections", "Analytics", "permaudit"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -81,17 +81,7 @@ public struct ProjectionBenchmark {
         defer { context.dropDatabase("permaudit_bench_project") }
         let db = try Connection(url: url)
         context.log("loading \(events) events into the log")
-        var generator = SyntheticEvents(seed: 7, subjects: max(1000, events / 20))
-        var versions: [Int: Int] = [:]
-        try db.copyIn("copy audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
-            for _ in 0..<events {
-                let event = generator.next()
-                let version = versions[event.subject, default: 0]
-                versions[event.subject] = version + 1
-                try writer.write(event.copyRow(version: version))
-            }
-        }
-        try db.execute("vacuum analyze audit.events")
+        try SyntheticEvents.copy(events, into: db, seed: 7)
 
         context.log("plain COPY out of the log")
         var bytes = 0

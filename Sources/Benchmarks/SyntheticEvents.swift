@@ -78,8 +78,10 @@ public struct SyntheticEvents {
         public var payload: String { json.replacingOccurrences(of: "\"subject\":\"inst-\(subject)\",", with: "") }
         /// One row for `COPY audit.events (event_id, stream_key, stream_version, type, occurred_at, app,
         /// platform, os_major, app_version, attempt, permission, flow, payload)`.
-        public func copyRow(version: Int) -> String {
-            "\(eventId)\t\(subject)\t\(version)\t\(type)\t\(occurredAt)\t\(app)\t\(platform)\t\(osMajor)\t\(appVersion)\t\(attempt)\t\(permission ?? "\\N")\t\(flow)\t\(payload.replacingOccurrences(of: "\\", with: "\\\\"))\n"
+        /// With `recordedAt`, a last column for `recorded_at`.
+        public func copyRow(version: Int, recordedAt: String? = nil) -> String {
+            "\(eventId)\t\(subject)\t\(version)\t\(type)\t\(occurredAt)\t\(app)\t\(platform)\t\(osMajor)\t\(appVersion)\t\(attempt)\t\(permission ?? "\\N")\t\(flow)\t\(payload.replacingOccurrences(of: "\\", with: "\\\\"))"
+                + (recordedAt.map { "\t" + $0 } ?? "") + "\n"
         }
         public var eventId: String
         public var type: String
@@ -92,6 +94,28 @@ public struct SyntheticEvents {
         public var attempt: String
         public var permission: String?
         public var flow: String
+    }
+}
+
+extension SyntheticEvents {
+    /// Loads `count` events straight into `audit.events` by COPY (not through the write path,
+    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), then
+    /// VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
+    /// `recordedAsOccurred` each event is recorded at its `occurredAt`, like a log filled live.
+    public static func copy(_ count: Int, into db: Connection, seed: UInt64, recordedAsOccurred: Bool = false) throws {
+        var generator = SyntheticEvents(seed: seed, subjects: max(1000, count / 20))
+        var versions: [Int: Int] = [:]
+        let columns = "event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload"
+            + (recordedAsOccurred ? ", recorded_at" : "")
+        try db.copyIn("copy audit.events (\(columns)) from stdin") { writer in
+            for _ in 0..<count {
+                let event = generator.next()
+                let version = versions[event.subject, default: 0]
+                versions[event.subject] = version + 1
+                try writer.write(event.copyRow(version: version, recordedAt: recordedAsOccurred ? event.occurredAt : nil))
+            }
+        }
+        try db.execute("vacuum analyze audit.events")
     }
 }
 
