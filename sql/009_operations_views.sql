@@ -1,11 +1,14 @@
 -- 009: operations views for the log-health dashboard, readable by permaudit_analyst.
 --
--- * projection.intake_minutely counts events per minute of recorded_at (the server's time of the
---   inserting transaction), app and platform. The projector maintains it in the transaction of
---   each batch, from the batch's range of the committed-order index, so it costs a range scan of
---   what the batch read anyway; a rebuild recomputes it with the rest.
--- * analytics.log_intake_minutely: those counts plus the events the projector has not reached yet,
---   counted from the log (cheap while the projector keeps up; proportional to its lag otherwise).
+-- * projection.intake_minutely and projection.intake_hourly count events per minute and per hour
+--   of recorded_at (the server's time of the inserting transaction), app and platform. The
+--   projector maintains them in the transaction of each batch, from the batch's range of the
+--   committed-order index, so they cost a range scan of what the batch read anyway; a rebuild
+--   recomputes them with the rest. Hours keep long dashboard ranges cheap (a month of minutes is
+--   43,200 rows per app and platform, a month of hours 720).
+-- * analytics.log_intake_minutely, analytics.log_intake_hourly: those counts plus the events the
+--   projector has not reached yet, counted from the log (cheap while the projector keeps up;
+--   proportional to its lag otherwise).
 -- * analytics.intake_anomalies_minutely: duplicates and rejections per minute of recorded_at.
 -- * analytics.projector_lag: one row, how far the projector is behind the log.
 --
@@ -22,12 +25,21 @@ create table projection.intake_minutely (
 comment on table projection.intake_minutely is
     'Events in the log per minute of recorded_at, app and platform, up to the projection checkpoint.';
 
+create table projection.intake_hourly (like projection.intake_minutely including all);
+alter table projection.intake_hourly rename column minute to hour;
+comment on table projection.intake_hourly is
+    'Events in the log per hour of recorded_at, app and platform, up to the projection checkpoint.';
+
 -- The events projected before this migration.
 insert into projection.intake_minutely (minute, app, platform, events)
 select date_bin('1 minute', e.recorded_at, timestamptz '2000-01-01 00:00:00+00'), e.app, e.platform, count(*)
   from audit.events e
   join projection.checkpoint c on c.name = 'analytics'
  where (e.transaction_id, e.position) <= (c.transaction_id, c.position)
+ group by 1, 2, 3;
+insert into projection.intake_hourly (hour, app, platform, events)
+select date_bin('1 hour', minute, timestamptz '2000-01-01 00:00:00+00'), app, platform, sum(events)
+  from projection.intake_minutely
  group by 1, 2, 3;
 
 -- 1. The projector's unit of work: the 008 body under a new name, and the minute counts of the
@@ -50,13 +62,23 @@ begin
       from projection.checkpoint c where c.name = 'analytics' for update;
     select * into done from projection.apply_counts(batch_size);
     if done.events > 0 then
-        insert into projection.intake_minutely as m (minute, app, platform, events)
-        select date_bin('1 minute', e.recorded_at, timestamptz '2000-01-01 00:00:00+00'), e.app, e.platform, count(*)
-          from audit.events e
-         where (e.transaction_id, e.position) > (start_cp.transaction_id, start_cp.position)
-           and (e.transaction_id, e.position) <= (done.transaction_id, done.position)
+        with minutes as (
+            select date_bin('1 minute', e.recorded_at, timestamptz '2000-01-01 00:00:00+00') as minute, e.app, e.platform,
+                   count(*) as n
+              from audit.events e
+             where (e.transaction_id, e.position) > (start_cp.transaction_id, start_cp.position)
+               and (e.transaction_id, e.position) <= (done.transaction_id, done.position)
+             group by 1, 2, 3
+        ), by_minute as (
+            insert into projection.intake_minutely as m (minute, app, platform, events)
+            select x.minute, x.app, x.platform, x.n from minutes x
+            on conflict on constraint intake_minutely_pkey do update set events = m.events + excluded.events
+        )
+        insert into projection.intake_hourly as h (hour, app, platform, events)
+        select date_bin('1 hour', x.minute, timestamptz '2000-01-01 00:00:00+00'), x.app, x.platform, sum(x.n)
+          from minutes x
          group by 1, 2, 3
-        on conflict on constraint intake_minutely_pkey do update set events = m.events + excluded.events;
+        on conflict on constraint intake_hourly_pkey do update set events = h.events + excluded.events;
     end if;
     return query select done.events, done.attempts, done.transaction_id, done.position;
 end;
@@ -71,21 +93,53 @@ language sql
 as $$
     select projection.reset_counts();
     delete from projection.intake_minutely;
+    delete from projection.intake_hourly;
 $$;
 
 -- 2. The views.
+
+-- The events after the checkpoint, read through the committed-order index. A function, so that
+-- the checkpoint is a value when the query is planned: in a join the planner cannot tell how few
+-- rows follow it and reads the whole log. Security definer because the analyst reaches it only
+-- through the views below and may not read audit.events itself.
+create function projection.unprojected_events()
+returns table (recorded_at timestamptz, app text, platform text)
+language plpgsql stable security definer
+set search_path = pg_catalog
+as $$
+declare
+    cp record;
+begin
+    select c.transaction_id, c.position into cp from projection.checkpoint c where c.name = 'analytics';
+    return query execute
+        'select e.recorded_at, e.app, e.platform from audit.events e where (e.transaction_id, e.position) > ($1, $2)'
+        using cp.transaction_id, cp.position;
+end;
+$$;
+revoke all on function projection.unprojected_events() from public;
+grant execute on function projection.unprojected_events() to permaudit_analyst;
+
 create view analytics.log_intake_minutely as
 select minute, app, platform, sum(events)::bigint as events
   from (select m.minute, m.app, m.platform, m.events
           from projection.intake_minutely m
         union all
-        select date_bin('1 minute', e.recorded_at, timestamptz '2000-01-01 00:00:00+00'), e.app, e.platform, 1
-          from projection.checkpoint c
-          join audit.events e on (e.transaction_id, e.position) > (c.transaction_id, c.position)
-         where c.name = 'analytics') as counted
+        select date_bin('1 minute', u.recorded_at, timestamptz '2000-01-01 00:00:00+00'), u.app, u.platform, 1
+          from projection.unprojected_events() as u) as counted
  group by minute, app, platform;
 comment on view analytics.log_intake_minutely is
     'Events stored in the log per minute of recorded_at (server time), app and platform; includes events not projected yet.';
+
+create view analytics.log_intake_hourly as
+select hour, app, platform, sum(events)::bigint as events
+  from (select h.hour, h.app, h.platform, h.events
+          from projection.intake_hourly h
+        union all
+        select date_bin('1 hour', u.recorded_at, timestamptz '2000-01-01 00:00:00+00'), u.app, u.platform, 1
+          from projection.unprojected_events() as u) as counted
+ group by hour, app, platform;
+comment on view analytics.log_intake_hourly is
+    'Events stored in the log per hour of recorded_at (server time), app and platform; includes events not projected yet.';
 
 create index intake_anomalies_minute
     on audit.intake_anomalies (date_bin('1 minute', recorded_at, timestamptz '2000-01-01 00:00:00+00'));
@@ -103,9 +157,8 @@ select c.updated_at as checkpoint_updated_at, c.events_projected, behind.events 
        behind.oldest_recorded_at as oldest_unprojected_at,
        coalesce(extract(epoch from now() - behind.oldest_recorded_at), 0)::float8 as lag_seconds
   from projection.checkpoint c
- cross join lateral (select count(*) as events, min(e.recorded_at) as oldest_recorded_at
-                       from audit.events e
-                      where (e.transaction_id, e.position) > (c.transaction_id, c.position)) as behind
+ cross join (select count(*) as events, min(u.recorded_at) as oldest_recorded_at
+               from projection.unprojected_events() as u) as behind
  where c.name = 'analytics';
 comment on view analytics.projector_lag is
     'One row: when the projector last advanced, events projected, events stored but not projected yet and the age in seconds of the oldest of them (0 when caught up).';

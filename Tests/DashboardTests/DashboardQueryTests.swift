@@ -55,7 +55,7 @@ final class DashboardQueryTests: XCTestCase {
             }
         }
         let health = try XCTUnwrap(dashboards.first { $0.uid == "permaudit-health" })
-        for view in ["analytics.log_intake_minutely", "analytics.intake_anomalies_minutely", "analytics.projector_lag"] {
+        for view in ["analytics.log_intake_minutely", "analytics.log_intake_hourly", "analytics.intake_anomalies_minutely", "analytics.projector_lag"] {
             XCTAssertTrue(health.targets.contains { $0.rawSQL.contains(view) }, view)
         }
     }
@@ -72,6 +72,23 @@ final class DashboardQueryTests: XCTestCase {
             do { result = try db.query(query.sql) } catch { XCTFail("\(label): \(error)\n\(query.sql)"); continue }
             XCTAssertGreaterThan(result.count, 0, label)
             try assertShape(result, format: query.target.format, label: label)
+        }
+    }
+
+    /// Ranges up to a day read the minute counts, longer ones the hour counts.
+    func testEventsPerMinuteOverShortAndLongRanges() throws {
+        let (db, from, to) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        let health = try Dashboard.load(directory: Self.dashboardsDirectory).filter { $0.uid == "permaudit-health" }
+        for start in [to.addingTimeInterval(-3 * 3600), from] {
+            let query = try XCTUnwrap(try PanelQuery.all(health, on: db, from: start, to: to).first { $0.target.panelTitle == "Events appended per minute" })
+            let rows = try db.query(query.sql).decode((Double, Double).self)
+            let interval = try GrafanaQuery.interval(from: start, to: to, minInterval: query.target.minInterval)
+            let seconds = max(interval, start == from ? 3600 : 60)
+            XCTAssertFalse(rows.isEmpty, query.sql)
+            XCTAssertTrue(rows.allSatisfy { $0.0.truncatingRemainder(dividingBy: seconds) == 0 }, "buckets of \(seconds) s")
+            // 20,003 events stored in one transaction (one minute) plus two appends: the bucket's average per minute.
+            XCTAssertEqual(rows.map { $0.1 * seconds / 60 }.reduce(0, +), 20_001, accuracy: 1)
         }
     }
 

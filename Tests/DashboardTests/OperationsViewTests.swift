@@ -14,7 +14,13 @@ final class OperationsViewTests: XCTestCase {
     override func tearDown() { TestDatabase.drop(url) }
 
     let intakeTotal = "select coalesce(sum(events), 0)::bigint from analytics.log_intake_minutely"
-    let rollup = "select minute::text, app, platform, events from projection.intake_minutely order by 1, 2, 3"
+    let hourlyTotal = "select coalesce(sum(events), 0)::bigint from analytics.log_intake_hourly"
+    let rollup = """
+        select 'minute', minute::text, app, platform, events from projection.intake_minutely
+        union all
+        select 'hour', hour::text, app, platform, events from projection.intake_hourly
+        order by 1, 2, 3, 4
+        """
 
     func testIntakePerMinuteCountsProjectedAndUnprojectedEventsOnce() throws {
         let db = try Connection(url: url)
@@ -22,23 +28,26 @@ final class OperationsViewTests: XCTestCase {
         var random = RandomEvents(seed: 9)
         try log.append(Array(random.events(attempts: 100, subjects: 20).prefix(150)))
         XCTAssertEqual(try db.query(intakeTotal).scalar(Int.self), 150, "not projected yet: counted from the log")
+        XCTAssertEqual(try db.query(hourlyTotal).scalar(Int.self), 150)
         let projector = Projector(connection: try Connection(url: url))
         projector.batchSize = 40  // several batches
         try projector.catchUp()
         XCTAssertEqual(try db.query(intakeTotal).scalar(Int.self), 150)
         XCTAssertEqual(try db.query("select sum(events)::int from projection.intake_minutely").scalar(Int.self), 150)
+        XCTAssertEqual(try db.query("select sum(events)::int from projection.intake_hourly").scalar(Int.self), 150)
 
         let lag = try db.query("select events_behind, lag_seconds from analytics.projector_lag").decode((Int, Double).self)
         XCTAssertEqual(lag.first?.0, 0)
         XCTAssertEqual(lag.first?.1, 0)
         try log.append(Array(random.events(attempts: 20, subjects: 5).prefix(30)))
         XCTAssertEqual(try db.query(intakeTotal).scalar(Int.self), 180)
+        XCTAssertEqual(try db.query(hourlyTotal).scalar(Int.self), 180)
         XCTAssertEqual(try db.query("select events_behind from analytics.projector_lag").scalar(Int.self), 30)
 
         try projector.catchUp()
-        let incremental = try db.query(rollup).decode((String, String, String, Int).self).map { "\($0)" }
+        let incremental = try db.query(rollup).decode((String, String, String, String, Int).self).map { "\($0)" }
         try projector.rebuild()
-        XCTAssertEqual(try db.query(rollup).decode((String, String, String, Int).self).map { "\($0)" }, incremental,
+        XCTAssertEqual(try db.query(rollup).decode((String, String, String, String, Int).self).map { "\($0)" }, incremental,
                        "a rebuild gives the same minute counts")
         XCTAssertEqual(try db.query(intakeTotal).scalar(Int.self), 180)
     }
@@ -59,7 +68,8 @@ final class OperationsViewTests: XCTestCase {
         XCTAssertEqual(rows.first?.1, 3)
         XCTAssertEqual(try db.query("select count(*)::int from analytics.projector_lag").scalar(Int.self), 1)
         XCTAssertEqual(try db.query(intakeTotal).scalar(Int.self), 1)
-        for forbidden in ["select * from projection.intake_minutely", "select * from projection.checkpoint"] {
+        for forbidden in ["select * from projection.intake_minutely", "select * from projection.checkpoint",
+                          "select * from projection.unprojected_events()"] {
             XCTAssertThrowsError(try db.query(forbidden), forbidden) { error in
                 XCTAssertEqual((error as? PostgresError)?.code, .insufficientPrivilege, "\(forbidden): \(error)")
             }
