@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "EventLog", targets: ["EventLog"]),
         .library(name: "Projections", targets: ["Projections"]),
         .library(name: "Analytics", targets: ["Analytics"]),
+        .library(name: "Dashboards", targets: ["Dashboards"]),
         .executable(name: "permaudit", targets: ["permaudit"]),
     ],
     targets: [
@@ -34,7 +35,8 @@ let package = Package(
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Postgres", "PermissionEvents"]),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports"]),
+        .target(name: "Dashboards"),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto"]
@@ -49,6 +51,10 @@ let package = Package(
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
         .testTarget(name: "ComplianceTests", dependencies: ["Compliance", "Crypto", "EventLog", "Postgres", "Projections", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
+        .testTarget(
+            name: "DashboardTests",
+            dependencies: ["Dashboards", "Benchmarks", "TestSupport", "Postgres", "EventLog", "Projections", "Analytics", "permaudit"]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -81,7 +81,7 @@ public struct ProjectionBenchmark {
         defer { context.dropDatabase("permaudit_bench_project") }
         let db = try Connection(url: url)
         context.log("loading \(events) events into the log")
-        try SyntheticEvents.fillLog(db, events: events)
+        try SyntheticEvents.copy(events, into: db, seed: 7)
 
         context.log("plain COPY out of the log")
         var bytes = 0

@@ -28,7 +28,7 @@ public struct ReportBenchmark {
         defer { context.dropDatabase("permaudit_bench_report") }
         let db = try Connection(url: url)
         context.log("loading \(events) events into the log")
-        try SyntheticEvents.fillLog(db, events: events)
+        try SyntheticEvents.copy(events, into: db, seed: 7)
         context.log("projecting")
         try Projector(connection: db).catchUp()
         try db.execute("analyze")

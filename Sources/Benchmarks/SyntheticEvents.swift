@@ -74,8 +74,10 @@ public struct SyntheticEvents {
         public var payload: String { json.replacingOccurrences(of: "\"subject\":\"inst-\(subject)\",", with: "") }
         /// One row for `COPY audit.events (event_id, stream_key, stream_version, type, occurred_at, app,
         /// platform, os_major, app_version, attempt, permission, flow, payload)`.
-        public func copyRow(version: Int) -> String {
-            "\(eventId)\t\(subject)\t\(version)\t\(type)\t\(occurredAt)\t\(app)\t\(platform)\t\(osMajor)\t\(appVersion)\t\(attempt)\t\(permission ?? "\\N")\t\(flow)\t\(payload.replacingOccurrences(of: "\\", with: "\\\\"))\n"
+        /// With `recordedAt`, a last column for `recorded_at`.
+        public func copyRow(version: Int, recordedAt: String? = nil) -> String {
+            "\(eventId)\t\(subject)\t\(version)\t\(type)\t\(occurredAt)\t\(app)\t\(platform)\t\(osMajor)\t\(appVersion)\t\(attempt)\t\(permission ?? "\\N")\t\(flow)\t\(payload.replacingOccurrences(of: "\\", with: "\\\\"))"
+                + (recordedAt.map { "\t" + $0 } ?? "") + "\n"
         }
         public var eventId: String
         public var type: String
@@ -92,18 +94,21 @@ public struct SyntheticEvents {
 }
 
 extension SyntheticEvents {
-    /// Fills an empty, migrated log with `events` generated events by COPY straight into
-    /// audit.events (for benchmarks of what reads the log; the write path's own speed is what
-    /// `bench ingest` measures).
-    public static func fillLog(_ db: Connection, events: Int, seed: UInt64 = 7) throws {
-        var generator = SyntheticEvents(seed: seed, subjects: max(1000, events / 20))
+    /// Loads `count` events straight into `audit.events` by COPY (not through the write path,
+    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), then
+    /// VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
+    /// `recordedAsOccurred` each event is recorded at its `occurredAt`, like a log filled live.
+    public static func copy(_ count: Int, into db: Connection, seed: UInt64, recordedAsOccurred: Bool = false) throws {
+        var generator = SyntheticEvents(seed: seed, subjects: max(1000, count / 20))
         var versions: [Int: Int] = [:]
-        try db.copyIn("copy audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
-            for _ in 0..<events {
+        let columns = "event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload"
+            + (recordedAsOccurred ? ", recorded_at" : "")
+        try db.copyIn("copy audit.events (\(columns)) from stdin") { writer in
+            for _ in 0..<count {
                 let event = generator.next()
                 let version = versions[event.subject, default: 0]
                 versions[event.subject] = version + 1
-                try writer.write(event.copyRow(version: version))
+                try writer.write(event.copyRow(version: version, recordedAt: recordedAsOccurred ? event.occurredAt : nil))
             }
         }
         try db.execute("vacuum analyze audit.events")

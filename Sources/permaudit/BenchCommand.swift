@@ -1,12 +1,13 @@
 import Benchmarks
+import Dashboards
 import EventLog
 import Foundation
 import Postgres
 
 enum BenchCommand: Command {
     static let name = "bench"
-    static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT)."
-    static let usage = "permaudit bench ingest|append|project|report [--events <n>] [--database-url <url>]"
+    static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT, plain SELECT)."
+    static let usage = "permaudit bench ingest|append|project|report|dashboards [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -20,13 +21,17 @@ enum BenchCommand: Command {
                    from the views vs ad-hoc SQL over the raw log
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
+          dashboards
+                   every Grafana panel query of dashboards/dashboards as permaudit_analyst, expanded
+                   for the last 30 days of --events synthetic events (default 5000000), projected,
+                   with every variable at All (median of 5 runs) vs SELECT count(*) of the log
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest, append, project or report", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append, project, report or dashboards", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -67,8 +72,15 @@ enum BenchCommand: Command {
             }
             print(String(format: "\nreport client peak memory: %.0f MiB", result.clientPeakMiB))
             return 0
+        case "dashboards":
+            let events = try arguments.int("--events", default: 5_000_000)
+            let result = try DashboardBenchmark(events: events, sqlDirectory: sql, dashboardsDirectory: try Dashboard.locateDirectory()).run(context)
+            print("permaudit bench dashboards, \(events) events, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)")
+            print("range \(ISO8601DateFormatter().string(from: result.from)) to \(ISO8601DateFormatter().string(from: result.to)), all variables at All\n")
+            print(DashboardBenchmark.table(result))
+            return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project or report", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report or dashboards", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {

@@ -1,0 +1,132 @@
+import Foundation
+import TestSupport
+import XCTest
+
+/// docker-compose.yml and the Dockerfile refer only to files that exist in the repository and to
+/// permaudit subcommands and options that exist in the CLI.
+final class DeploymentFilesTests: XCTestCase {
+    let root = TestDatabase.packageRoot
+
+    func text(_ path: String) throws -> String {
+        try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
+    }
+
+    /// Lines without comments.
+    func lines(_ path: String) throws -> [String] {
+        try text(path).split(separator: "\n").map { line in
+            let text = String(line)
+            if text.trimmingCharacters(in: .whitespaces).hasPrefix("#") { return "" }
+            return text.range(of: " #").map { String(text[..<$0.lowerBound]) } ?? text
+        }
+    }
+
+    /// The Dockerfile's COPY instructions from the build context: (repository path, image path).
+    func dockerfileCopies() throws -> [(source: String, destination: String)] {
+        try lines("Dockerfile").compactMap { line in
+            let words = line.split(separator: " ").map(String.init)
+            guard words.first == "COPY", !words.contains(where: { $0.hasPrefix("--from") }), words.count == 3 else { return nil }
+            return (words[1], words[2])
+        }
+    }
+
+    func testDockerfileCopiesExistingFiles() throws {
+        let copies = try dockerfileCopies()
+        XCTAssertTrue(copies.contains { $0.source == "sql" && $0.destination == "/usr/local/share/permaudit/sql" })
+        for copy in copies {
+            XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(copy.source).path), copy.source)
+        }
+        let dockerfile = try text("Dockerfile")
+        XCTAssertTrue(dockerfile.contains("FROM swift:6.0-bookworm AS builder"))
+        XCTAssertTrue(dockerfile.contains("FROM debian:bookworm-slim"))
+        XCTAssertTrue(dockerfile.contains("swift build -c release"))
+        XCTAssertTrue(dockerfile.contains("libpq5"))
+    }
+
+    func testComposeRefersToExistingFiles() throws {
+        var checked = 0
+        // Container paths that come from the repository: the image's COPYs and the bind mounts.
+        var containerToRepository: [(String, String)] = try dockerfileCopies().map { ($0.destination, $0.source) }
+        for line in try lines("docker-compose.yml") {
+            let item = line.trimmingCharacters(in: .whitespaces)
+            if item.hasPrefix("- ./") {
+                let parts = item.dropFirst(2).split(separator: ":").map(String.init)
+                XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(parts[0]).path), parts[0])
+                containerToRepository.append((parts[1], parts[0]))
+                checked += 1
+            }
+            if item.hasPrefix("dockerfile:") {
+                let file = item.dropFirst("dockerfile:".count).trimmingCharacters(in: .whitespaces)
+                XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(file).path), file)
+                checked += 1
+            }
+        }
+        let text = try lines("docker-compose.yml").joined(separator: "\n")
+        let paths = try NSRegularExpression(pattern: #"/(?:usr/local/share/permaudit|etc/grafana/dashboards)/[\w./-]+"#)
+        for match in paths.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+            let path = String(text[Range(match.range, in: text)!])
+            guard let (prefix, source) = containerToRepository.first(where: { path == $0.0 || path.hasPrefix($0.0 + "/") }) else {
+                XCTFail("\(path): not copied into the image nor mounted"); continue
+            }
+            let file = source + path.dropFirst(prefix.count)
+            XCTAssertTrue(FileManager.default.fileExists(atPath: root.appendingPathComponent(file).path), "\(path) -> \(file)")
+            checked += 1
+        }
+        XCTAssertGreaterThanOrEqual(checked, 6)
+    }
+
+    func testSecretsComeFromTheEnvironmentFile() throws {
+        let compose = try text("docker-compose.yml")
+        let example = try text(".env.example")
+        let required = try NSRegularExpression(pattern: #"(?<!\$)\$\{(\w+):\?"#)
+        let names = Set(required.matches(in: compose, range: NSRange(compose.startIndex..., in: compose)).map {
+            String(compose[Range($0.range(at: 1), in: compose)!])
+        })
+        XCTAssertTrue(names.isSuperset(of: ["POSTGRES_PASSWORD", "PERMAUDIT_ANALYST_PASSWORD", "GRAFANA_ADMIN_PASSWORD"]))
+        for name in names { XCTAssertTrue(example.contains("\n\(name)="), "\(name) missing from .env.example") }
+        XCTAssertTrue(try text(".gitignore").split(separator: "\n").contains(".env"), ".env stays out of git")
+        // The data source provisioning reads these from Grafana's environment.
+        let datasource = try text("dashboards/provisioning/datasources/permaudit.yaml")
+        for name in ["PERMAUDIT_GRAFANA_DB_HOST", "POSTGRES_DB", "PERMAUDIT_GRAFANA_DB_SSLMODE", "PERMAUDIT_ANALYST_PASSWORD"] {
+            XCTAssertTrue(datasource.contains("${\(name)}"), name)
+            XCTAssertTrue(compose.contains("      \(name): "), "\(name) not given to grafana")
+        }
+    }
+
+    /// `permaudit <subcommand> --option ...` as written in the compose file's commands.
+    func composeInvocations() throws -> [(subcommand: String, options: [String])] {
+        try lines("docker-compose.yml").compactMap { line in
+            let words = line.replacingOccurrences(of: "[\",\\[\\]]", with: " ", options: .regularExpression)
+                .split(separator: " ").map(String.init)
+            guard let start = words.firstIndex(of: "permaudit"), start + 1 < words.count else { return nil }
+            let rest = words[(start + 1)...].prefix { $0 != "&&" }
+            return (rest.first!, rest.dropFirst().filter { $0.hasPrefix("--") })
+        }
+    }
+
+    func testComposeCommandsExistInTheCLI() throws {
+        let invocations = try composeInvocations()
+        XCTAssertEqual(Set(invocations.map(\.subcommand)), ["migrate", "project", "simulate"])
+        for (subcommand, options) in invocations {
+            let run = try Self.permaudit([subcommand, "--help"])
+            XCTAssertEqual(run.status, 0, "permaudit \(subcommand) --help: \(run.stderr)")
+            for option in options {
+                XCTAssertTrue(run.stdout.contains(option), "permaudit \(subcommand) has no \(option)")
+            }
+        }
+    }
+
+    static func permaudit(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("permaudit")
+        let process = Process()
+        process.executableURL = FileManager.default.isExecutableFile(atPath: beside.path)
+            ? beside : TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit")
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile(), stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    }
+}
