@@ -34,7 +34,7 @@ let package = Package(
         .target(name: "Projections", dependencies: ["EventLog", "Postgres"]),
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
-        .target(name: "Reports", dependencies: ["Analytics", "Postgres", "PermissionEvents"]),
+        .target(name: "Reports", dependencies: ["Analytics", "Compliance", "Postgres", "PermissionEvents"]),
         .target(name: "Dashboards"),
         .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards"]),
         .executableTarget(

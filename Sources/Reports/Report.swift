@@ -1,4 +1,5 @@
 import Analytics
+import Compliance
 import Foundation
 import Postgres
 
@@ -165,6 +166,21 @@ public struct Report: Sendable {
                 intro: "The latest answer or observed status of each install and permission (as of the last projection; "
                     + "the day filters do not apply to a current state).",
                 items: [Item(name: "permission_state", table: states, chart: .stacked(group: "permission", part: "state", share: "share"))]))
+        }
+        do {
+            let findings = try Findings.all(db, app: filters.app).filter { filters.platform == nil || $0.platform == filters.platform }
+            var table = ResultTable(title: "Over-permission findings",
+                                    columns: ["severity", "rule", "app", "platform", "subject", "count", "evidence", "guidance"])
+            table.rows = findings.map { [.text($0.severity.rawValue), .text($0.rule), .text($0.app), .text($0.platform), .text($0.subject),
+                                         .integer($0.count), .text($0.evidence), .text($0.guidance)] }
+            sections.append(Section(
+                id: "compliance", title: "Compliance: over-permission findings",
+                intro: findings.isEmpty ? "No over-permission finding: the app asks for what its flows need."
+                    : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
+                    + "(as `permaudit audit permissions` reports; over all days).",
+                items: [Item(name: "findings", table: table, chart: nil)]))
+        } catch let error as PostgresError where error.code.rawValue == "42501" {
+            notes.append("The compliance findings need read access to the projections and the log (the auditor role); this role has none.")
         }
         if overview.promptedWithoutOutcome > 0 {
             notes.append("\(overview.promptedWithoutOutcome) prompted attempts have no answer yet (the answer event is missing or still on its way).")

@@ -1,3 +1,4 @@
+import Analytics
 import Compliance
 import Crypto
 import EventLog
@@ -7,7 +8,7 @@ import Postgres
 enum AuditCommand: Command {
     static let name = "audit"
     static let abstract = "Compliance: seal keys, seals, verification, inclusion proofs, subject export and erasure."
-    static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase [options]"
+    static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase|permissions [options]"
     static let discussion = """
           keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir)
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
@@ -23,6 +24,9 @@ enum AuditCommand: Command {
           erase --app A --subject S --reason TEXT
                                       delete the link between the install id and its events; the
                                       events and the seals stay, the erasure is recorded
+          permissions [--app A] [--format table|json]
+                                      over-permission findings with severity, evidence and the
+                                      platform guidance behind each
         Every command that reads the database records itself in audit.access_log (never an install
         id). Keys: the private key file is created with mode 0600; seal and verify find the pair in
         $PERMAUDIT_HOME/keys/ unless --key / --public-key say otherwise. See docs/compliance.md.
@@ -34,7 +38,7 @@ enum AuditCommand: Command {
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
         ("--app <app>", "subject, erase: the app."), ("--subject <id>", "subject, erase: the install id."),
-        ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json."),
+        ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
     ]
     static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--app", "--subject",
@@ -123,6 +127,15 @@ enum AuditCommand: Command {
                 guard let key else { throw CommandFailure(message: "no such install for app \(app) (unknown or already erased)") }
                 print("erased: the install's link to stream \(key) is deleted; its events stay in the log, unlinked, and the seals still verify")
                 return 0
+            case ("permissions", 0):
+                let format = arguments.value("--format") ?? "table"
+                guard format == "table" || format == "json" else { throw UsageError(message: "'--format' must be table or json", usage: usage) }
+                let db = try openDatabase(arguments)
+                let findings = try Findings.all(db, app: arguments.value("--app"))
+                try SubjectRights.recordAccess(db, command: "audit permissions", details: ["app": arguments.value("--app") ?? "all",
+                                                                                           "findings": "\(findings.count)"])
+                print(format == "json" ? Findings.json(findings) : findingsTable(findings).render(.table), terminator: "")
+                return 0
             default:
                 throw UsageError(message: "unknown audit action '\(([action] + rest).joined(separator: " "))'", usage: usage)
             }
@@ -131,6 +144,13 @@ enum AuditCommand: Command {
         } catch let error as CryptoError {
             throw CommandFailure(message: error.description)
         }
+    }
+
+    static func findingsTable(_ findings: [Finding]) -> ResultTable {
+        var table = ResultTable(title: "Over-permission findings", columns: ["severity", "rule", "app", "platform", "subject", "count", "evidence"])
+        table.rows = findings.map { [.text($0.severity.rawValue), .text($0.rule), .text($0.app), .text($0.platform), .text($0.subject),
+                                     .integer($0.count), .text($0.evidence)] }
+        return table
     }
 
     static func install(_ arguments: ParsedArguments) throws -> (String, String) {
