@@ -36,7 +36,7 @@ let package = Package(
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Compliance", "Postgres", "PermissionEvents"]),
         .target(name: "Dashboards"),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards", "Compliance", "Crypto"]),
         .executableTarget(
             name: "permaudit",
             dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto"]

@@ -83,4 +83,29 @@ public enum EventHashes {
     }
 
     public static func leafHash(canonical: String) -> [UInt8] { Merkle.leafHash(Array(canonical.utf8)) }
+
+    /// Like `forEachEvent`, with the leaf hash computed by the server (pg_catalog.sha256 over the
+    /// same canonical text): what `verify` reads, a 32-byte hash per event instead of the row.
+    /// The sealer hashes in Swift, so every verification also checks the two implementations
+    /// against each other.
+    public static func forEachLeaf(_ db: Connection, after: LogPoint, through: LogPoint,
+                                   _ body: (LogPoint, UUID, [UInt8]) throws -> Void) throws {
+        try db.query("""
+            declare permaudit_leaves no scroll cursor for
+            select e.transaction_id::text, e.position, e.event_id,
+                   encode(pg_catalog.sha256('\\x00'::bytea || pg_catalog.convert_to(\(canonicalSQL), 'UTF8')), 'hex')
+              from audit.events e
+             where (e.transaction_id, e.position) > ($1::xid8, $2::bigint)
+               and (e.transaction_id, e.position) <= ($3::xid8, $4::bigint)
+             order by e.transaction_id, e.position
+            """, [String(after.transactionId), after.position, String(through.transactionId), through.position])
+        defer { _ = try? db.query("close permaudit_leaves") }
+        while true {
+            let rows = try db.query("fetch 20000 from permaudit_leaves").decode((UInt64, Int64, UUID, String).self)
+            if rows.isEmpty { break }
+            for (transactionId, position, id, hex) in rows {
+                try body(LogPoint(transactionId: transactionId, position: position), id, Hex.decode(hex) ?? [])
+            }
+        }
+    }
 }

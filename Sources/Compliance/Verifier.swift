@@ -99,8 +99,8 @@ public struct Verifier {
                 continue
             }
             var actual: [SealedLeaf] = []
-            try EventHashes.forEachEvent(db, after: seal.after, through: seal.through) { point, id, canonical in
-                actual.append(SealedLeaf(position: point.position, eventId: id, hash: EventHashes.leafHash(canonical: canonical)))
+            try EventHashes.forEachLeaf(db, after: seal.after, through: seal.through) { point, id, hash in
+                actual.append(SealedLeaf(position: point.position, eventId: id, hash: hash))
             }
             let (valid, failure) = Self.compare(sealed: leaves, actual: actual, sealId: seal.id)
             if let failure { sealFailures.append(failure) }

@@ -7,7 +7,7 @@ import Postgres
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT, plain SELECT)."
-    static let usage = "permaudit bench ingest|append|project|report|dashboards [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project|report|dashboards|audit [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -25,13 +25,15 @@ enum BenchCommand: Command {
                    every Grafana panel query of dashboards/dashboards as permaudit_analyst, expanded
                    for the last 30 days of --events synthetic events (default 5000000), projected,
                    with every variable at All (median of 5 runs) vs SELECT count(*) of the log
+          audit    audit seal and audit verify over --events events (default 1000000) vs a plain
+                   sha256() of the same canonical rows in SQL
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest, append, project, report or dashboards", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append, project, report, dashboards or audit", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -61,6 +63,10 @@ enum BenchCommand: Command {
                 print(String(format: "| %@ | %.1f | %.1f | %.0fx |", item.question, item.views * 1000, item.log * 1000, item.log / max(item.views, 1e-9)))
             }
             return 0
+        case "audit":
+            let events = try arguments.int("--events", default: 1_000_000)
+            rows = try AuditBenchmark(events: events, sqlDirectory: sql).run(context)
+            reference = rows[0].name
         case "report":
             let events = try arguments.int("--events", default: 1_000_000)
             let result = try ReportBenchmark(events: events, sqlDirectory: sql).run(context)
@@ -80,7 +86,7 @@ enum BenchCommand: Command {
             print(DashboardBenchmark.table(result))
             return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report or dashboards", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report, dashboards or audit", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {
