@@ -64,22 +64,7 @@ public enum EventHashes {
     /// caller's transaction.
     public static func forEachEvent(_ db: Connection, after: LogPoint, through: LogPoint,
                                     _ body: (LogPoint, UUID, String) throws -> Void) throws {
-        try db.query("""
-            declare permaudit_events no scroll cursor for
-            select e.transaction_id::text, e.position, e.event_id, \(canonicalSQL)
-              from audit.events e
-             where (e.transaction_id, e.position) > ($1::xid8, $2::bigint)
-               and (e.transaction_id, e.position) <= ($3::xid8, $4::bigint)
-             order by e.transaction_id, e.position
-            """, [String(after.transactionId), after.position, String(through.transactionId), through.position])
-        defer { _ = try? db.query("close permaudit_events") }
-        while true {
-            let rows = try db.query("fetch 5000 from permaudit_events").decode((UInt64, Int64, UUID, String).self)
-            if rows.isEmpty { break }
-            for (transactionId, position, id, canonical) in rows {
-                try body(LogPoint(transactionId: transactionId, position: position), id, canonical)
-            }
-        }
+        try forEachRow(db, column: canonicalSQL, after: after, through: through, body)
     }
 
     public static func leafHash(canonical: String) -> [UInt8] { Merkle.leafHash(Array(canonical.utf8)) }
@@ -90,21 +75,27 @@ public enum EventHashes {
     /// against each other.
     public static func forEachLeaf(_ db: Connection, after: LogPoint, through: LogPoint,
                                    _ body: (LogPoint, UUID, [UInt8]) throws -> Void) throws {
+        let hash = "encode(pg_catalog.sha256('\\x00'::bytea || pg_catalog.convert_to(\(canonicalSQL), 'UTF8')), 'hex')"
+        try forEachRow(db, column: hash, after: after, through: through) { try body($0, $1, Hex.decode($2) ?? []) }
+    }
+
+    /// The events of a range in committed order with one computed text column, through a cursor.
+    private static func forEachRow(_ db: Connection, column: String, after: LogPoint, through: LogPoint,
+                                   _ body: (LogPoint, UUID, String) throws -> Void) throws {
         try db.query("""
-            declare permaudit_leaves no scroll cursor for
-            select e.transaction_id::text, e.position, e.event_id,
-                   encode(pg_catalog.sha256('\\x00'::bytea || pg_catalog.convert_to(\(canonicalSQL), 'UTF8')), 'hex')
+            declare permaudit_events no scroll cursor for
+            select e.transaction_id::text, e.position, e.event_id, \(column)
               from audit.events e
              where (e.transaction_id, e.position) > ($1::xid8, $2::bigint)
                and (e.transaction_id, e.position) <= ($3::xid8, $4::bigint)
              order by e.transaction_id, e.position
             """, [String(after.transactionId), after.position, String(through.transactionId), through.position])
-        defer { _ = try? db.query("close permaudit_leaves") }
+        defer { _ = try? db.query("close permaudit_events") }
         while true {
-            let rows = try db.query("fetch 20000 from permaudit_leaves").decode((UInt64, Int64, UUID, String).self)
+            let rows = try db.query("fetch 10000 from permaudit_events").decode((UInt64, Int64, UUID, String).self)
             if rows.isEmpty { break }
-            for (transactionId, position, id, hex) in rows {
-                try body(LogPoint(transactionId: transactionId, position: position), id, Hex.decode(hex) ?? [])
+            for (transactionId, position, id, text) in rows {
+                try body(LogPoint(transactionId: transactionId, position: position), id, text)
             }
         }
     }

@@ -33,13 +33,7 @@ public enum Findings {
     public static func all(_ db: Connection, app: String? = nil) throws -> [Finding] {
         var findings: [Finding] = []
 
-        for (app, platform, flow, permission, prompted) in try db.query("""
-            select app, platform, flow, permission, sum(prompted)::bigint
-              from analytics.permission_outcomes_daily
-             where ($1::text is null or app = $1) and flow = any($2::text[]) and permission = any($3::text[])
-             group by 1, 2, 3, 4 order by 1, 2, 3, 4
-            """, [app, "{\(singleSelectionFlows.joined(separator: ","))}", "{\(fullAccess.joined(separator: ","))}"])
-            .decode((String, String, String, String, Int).self) {
+        for (app, platform, flow, permission, prompted) in try fullAccessPrompts(db, app: app, flows: singleSelectionFlows) {
             findings.append(Finding(
                 rule: "picker-would-do", severity: platform == "android" ? .high : .medium, app: app, platform: platform,
                 subject: "\(flow): \(permission)", count: prompted,
@@ -62,13 +56,7 @@ public enum Findings {
                 guidance: "Declare READ_EXTERNAL_STORAGE with android:maxSdkVersion=\"32\"; on API 33+ request READ_MEDIA_IMAGES/VIDEO (or READ_MEDIA_VISUAL_USER_SELECTED on 14+), or use the photo picker."))
         }
 
-        for (app, platform, flow, permission, prompted) in try db.query("""
-            select app, platform, flow, permission, sum(prompted)::bigint
-              from analytics.permission_outcomes_daily
-             where ($1::text is null or app = $1) and flow = any($2::text[]) and permission = any($3::text[])
-             group by 1, 2, 3, 4 order by 1, 2, 3, 4
-            """, [app, "{\(saveOnlyFlows.joined(separator: ","))}", "{\(fullAccess.joined(separator: ","))}"])
-            .decode((String, String, String, String, Int).self) {
+        for (app, platform, flow, permission, prompted) in try fullAccessPrompts(db, app: app, flows: saveOnlyFlows) {
             findings.append(Finding(
                 rule: "add-only-would-do", severity: .medium, app: app, platform: platform, subject: "\(flow): \(permission)",
                 count: prompted, evidence: "\(prompted) system dialogs asked to read the library in the save-only flow \(flow)",
@@ -131,6 +119,17 @@ public enum Findings {
                     : "On Android 14+ request READ_MEDIA_IMAGES again from the app's UI to let the user re-select photos."))
         }
         return findings.sorted { ($0.severity, $0.app, $0.rule, $0.platform, $0.subject) < ($1.severity, $1.app, $1.rule, $1.platform, $1.subject) }
+    }
+
+    /// Prompts for full library access in these flows, per app, platform, flow and permission.
+    static func fullAccessPrompts(_ db: Connection, app: String?, flows: [String]) throws -> [(String, String, String, String, Int)] {
+        try db.query("""
+            select app, platform, flow, permission, sum(prompted)::bigint
+              from analytics.permission_outcomes_daily
+             where ($1::text is null or app = $1) and flow = any($2::text[]) and permission = any($3::text[])
+             group by 1, 2, 3, 4 order by 1, 2, 3, 4
+            """, [app, "{\(flows.joined(separator: ","))}", "{\(fullAccess.joined(separator: ","))}"])
+            .decode((String, String, String, String, Int).self)
     }
 
     public static func json(_ findings: [Finding]) -> String {
