@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "EventLog", targets: ["EventLog"]),
         .library(name: "Projections", targets: ["Projections"]),
         .library(name: "Analytics", targets: ["Analytics"]),
+        .library(name: "Collector", targets: ["Collector"]),
         .executable(name: "permaudit", targets: ["permaudit"]),
     ],
     targets: [
@@ -18,6 +19,18 @@ let package = Package(
             providers: [.apt(["libpq-dev"])]
         ),
         .target(name: "Postgres", dependencies: ["CLibPQ"]),
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "CZlib"]),
+        .target(name: "Collector", dependencies: ["MicroHTTP", "EventLog", "PermissionEvents", "Postgres"]),
         .target(name: "PermissionEvents"),
         .target(
             name: "EventLog",
@@ -27,10 +40,10 @@ let package = Package(
         .target(name: "Analytics", dependencies: ["Postgres", "PermissionEvents"]),
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Postgres", "PermissionEvents"]),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Collector", "MicroHTTP"]),
         .executableTarget(
             name: "permaudit",
-            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports"]
+            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Collector"]
         ),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation", "Projections"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
@@ -40,6 +53,7 @@ let package = Package(
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
+        .testTarget(name: "CollectorTests", dependencies: ["Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
     ],
     swiftLanguageModes: [.v6]
