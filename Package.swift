@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "AnalyticsTests", dependencies: ["Analytics", "TestSupport", "Postgres"]),
         .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
-        .testTarget(name: "CollectorTests", dependencies: ["Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation"]),
+        .testTarget(name: "CollectorTests", dependencies: ["permaudit", "Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
     ],
     swiftLanguageModes: [.v6]

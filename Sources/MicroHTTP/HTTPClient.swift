@@ -155,4 +155,8 @@ public final class HTTPClient {
 public struct HTTPClientError: Error, CustomStringConvertible, Sendable {
     public var description: String
     public var connectionClosed: Bool
+    public init(description: String, connectionClosed: Bool) {
+        self.description = description
+        self.connectionClosed = connectionClosed
+    }
 }

@@ -16,11 +16,7 @@ final class CLITests: XCTestCase {
         var stderr: String
     }
 
-    static var binary: URL {
-        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("permaudit")
-        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
-        return TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit")
-    }
+    static var binary: URL { TestDatabase.permauditBinary }
 
     static func run(_ arguments: [String], url: String, stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
         let process = Process()
