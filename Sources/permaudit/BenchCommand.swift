@@ -6,7 +6,7 @@ import Postgres
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT)."
-    static let usage = "permaudit bench ingest|append|project|report [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project|report|serve [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -20,13 +20,17 @@ enum BenchCommand: Command {
                    from the views vs ad-hoc SQL over the raw log
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
+          serve    batches of 50 events posted to the HTTP collector (in this process, loopback,
+                   keep-alive) with 8 and 64 connections vs the same batches through
+                   EventLog.append on as many database connections; events/s, p50 and p99
+                   (--events per row, default 100000)
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest, append, project or report", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append, project, report or serve", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -67,8 +71,14 @@ enum BenchCommand: Command {
             }
             print(String(format: "\nreport client peak memory: %.0f MiB", result.clientPeakMiB))
             return 0
+        case "serve":
+            let events = try arguments.int("--events", default: 100_000)
+            let result = try ServeBenchmark(eventsPerRow: events, sqlDirectory: sql).run(context)
+            print("permaudit bench serve, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
+            print(ServeBenchmark.table(result))
+            return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project or report", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report or serve", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {
