@@ -1,24 +1,25 @@
 # PermissionAudit: the permaudit command-line tool with its SQL migrations and dashboards.
 # Build: docker build -t permaudit .      Run: see docker-compose.yml and docs/deployment.md.
 
-# 1. Build with the Swift toolchain (Debian 12, like the runtime) and libpq's headers.
+# 1. Build with the Swift toolchain (Debian 12, like the runtime) and the C libraries' headers
+#    (libpq; libmicrohttpd and zlib for the collector; libcrypto for seals).
 FROM swift:6.0-bookworm AS builder
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libpq-dev pkg-config \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libpq-dev libmicrohttpd-dev zlib1g-dev libssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /build
 # Package.swift declares the test targets too, so their directories must be present.
 COPY Package.swift ./
 COPY Sources ./Sources
 COPY Tests ./Tests
-# The Swift runtime and Foundation linked in: the runtime image needs only libpq and libc.
+# The Swift runtime and Foundation linked in: the runtime image needs only the C libraries.
 RUN swift build -c release --product permaudit --static-swift-stdlib \
     && cp "$(swift build -c release --show-bin-path)/permaudit" /build/permaudit
 
-# 2. Run on slim Debian with libpq, and psql for the deployment's one SQL step (deploy/).
+# 2. Run on slim Debian with the C libraries, and psql for the deployment's one SQL step (deploy/).
 FROM debian:bookworm-slim
 RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libpq5 postgresql-client ca-certificates tzdata \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libpq5 libmicrohttpd12 zlib1g libssl3 postgresql-client ca-certificates tzdata \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin permaudit
 COPY --from=builder /build/permaudit /usr/local/bin/permaudit

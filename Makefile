@@ -4,7 +4,8 @@
 # Each installs the Debian packages it needs when run as root, else prints the command to run.
 
 SWIFT ?= swift
-DEBIAN_PACKAGES := libpq-dev postgresql
+# libmicrohttpd and zlib: the HTTP collector (permaudit serve) and its gzip bodies.
+DEBIAN_PACKAGES := libpq-dev postgresql libmicrohttpd-dev zlib1g-dev libssl-dev
 # The report test renders the HTML report in headless Chromium.
 TEST_PACKAGES := $(DEBIAN_PACKAGES) chromium fonts-dejavu-core
 TEST_HOME := /tmp/permaudit-test-$(shell id -u)

@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "Projections", targets: ["Projections"]),
         .library(name: "Analytics", targets: ["Analytics"]),
         .library(name: "Dashboards", targets: ["Dashboards"]),
+        .library(name: "Collector", targets: ["Collector"]),
         .executable(name: "permaudit", targets: ["permaudit"]),
     ],
     targets: [
@@ -26,6 +27,18 @@ let package = Package(
         ),
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Compliance", dependencies: ["Crypto", "Postgres", "PermissionEvents"]),
+        .systemLibrary(
+            name: "CMicroHTTPD",
+            pkgConfig: "libmicrohttpd",
+            providers: [.apt(["libmicrohttpd-dev"])]
+        ),
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .target(name: "MicroHTTP", dependencies: ["CMicroHTTPD", "CZlib"]),
+        .target(name: "Collector", dependencies: ["MicroHTTP", "EventLog", "PermissionEvents", "Postgres"]),
         .target(name: "PermissionEvents"),
         .target(
             name: "EventLog",
@@ -36,10 +49,10 @@ let package = Package(
         .target(name: "Simulation", dependencies: ["PermissionEvents"]),
         .target(name: "Reports", dependencies: ["Analytics", "Compliance", "Postgres", "PermissionEvents"]),
         .target(name: "Dashboards"),
-        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards", "Compliance", "Crypto"]),
+        .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards", "Compliance", "Crypto", "Collector", "MicroHTTP"]),
         .executableTarget(
             name: "permaudit",
-            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto"]
+            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto", "Collector"]
         ),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation", "Projections"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),
@@ -50,6 +63,7 @@ let package = Package(
         .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
         .testTarget(name: "ComplianceTests", dependencies: ["Compliance", "Crypto", "EventLog", "Postgres", "Projections", "TestSupport"]),
+        .testTarget(name: "CollectorTests", dependencies: ["permaudit", "Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
         .testTarget(
             name: "DashboardTests",

@@ -141,16 +141,18 @@ public struct AppendBenchmark {
         return results
     }
 
-    private func concurrently(_ workers: Int, _ body: @escaping @Sendable (Int) throws -> Void) throws -> Double {
-        let errors = ErrorBox()
-        let seconds = measure {
-            DispatchQueue.concurrentPerform(iterations: workers) { worker in
-                do { try body(worker) } catch { errors.record(error) }
-            }
+}
+
+/// Runs `body` for each of `workers` workers at once; the wall-clock seconds, or the first error.
+func concurrently(_ workers: Int, _ body: @escaping @Sendable (Int) throws -> Void) throws -> Double {
+    let errors = ErrorBox()
+    let seconds = measure {
+        DispatchQueue.concurrentPerform(iterations: workers) { worker in
+            do { try body(worker) } catch { errors.record(error) }
         }
-        if let error = errors.first { throw error }
-        return seconds
     }
+    if let error = errors.first { throw error }
+    return seconds
 }
 
 /// The first error of concurrent workers; a lock guards it.

@@ -75,10 +75,7 @@ public final class Ingestor {
                 summary.appended = 0
                 summary.duplicates = 0
             } else {
-                for (group, count) in rejectedGroups {
-                    try db.query("select audit.record_rejected($1::date, $2, $3, $4)",
-                                 [group.day, group.app, group.platform, count])
-                }
+                for (group, count) in rejectedGroups { try group.record(count, on: db) }
                 try db.execute("COMMIT")
             }
         } catch {
@@ -217,15 +214,18 @@ public final class Ingestor {
     }
 }
 
-/// What can be read of a rejected event for the intake counts: its day, app and platform when
-/// they are well-formed, else nil (the rest of the event is never kept).
-struct RejectedGroup: Hashable {
-    var day: String?
-    var app: String?
-    var platform: String?
+/// What can be read of a rejected event for the intake counts (`audit.record_rejected`): its day,
+/// app and platform when they are well-formed, else nil (the rest of the event is never kept).
+public struct RejectedGroup: Hashable, Sendable {
+    public var day: String?
+    public var app: String?
+    public var platform: String?
 
-    init(_ raw: [UInt8]) {
-        let value = raw.withUnsafeBufferPointer { try? JSONParser.parse(bytes: $0) }
+    public init(_ raw: [UInt8]) {
+        self.init(raw.withUnsafeBufferPointer { try? JSONParser.parse(bytes: $0) })
+    }
+
+    public init(_ value: JSONValue?) {
         if let app = value?["app"]?.stringValue, (1...255).contains(app.utf8.count),
            app.utf8.allSatisfy({ $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D) }) {
             self.app = app
@@ -236,6 +236,11 @@ struct RejectedGroup: Hashable {
         if let text = value?["occurredAt"]?.stringValue, let date = RFC3339.parse(text) {
             day = ISO8601DateFormatter.string(from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withFullDate])
         }
+    }
+
+    /// Records `count` rejected events of this group in the caller's transaction.
+    public func record(_ count: Int, on connection: Connection) throws {
+        try connection.query("select audit.record_rejected($1::date, $2, $3, $4)", [day, app, platform, count])
     }
 }
 

@@ -75,4 +75,11 @@ public enum TestDatabase {
         }
         return blocks
     }
+
+    /// The `permaudit` executable of this build (beside the test bundle, else `.build/debug`).
+    public static var permauditBinary: URL {
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("permaudit")
+        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
+        return packageRoot.appendingPathComponent(".build/debug/permaudit")
+    }
 }

@@ -7,7 +7,7 @@ import Postgres
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT, plain SELECT)."
-    static let usage = "permaudit bench ingest|append|project|report|dashboards|audit [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project|report|dashboards|audit|serve [--events <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -27,13 +27,17 @@ enum BenchCommand: Command {
                    with every variable at All (median of 5 runs) vs SELECT count(*) of the log
           audit    audit seal and audit verify over --events events (default 1000000) vs a plain
                    sha256() of the same canonical rows in SQL
+          serve    batches of 50 events posted to the HTTP collector (in this process, loopback,
+                   keep-alive) with 8 and 64 connections vs the same batches through
+                   EventLog.append on as many database connections; events/s, p50 and p99
+                   (--events per row, default 100000)
         """
     static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
     static let valueOptions: Set<String> = ["--events", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
-            throw UsageError(message: "expected one benchmark: ingest, append, project, report, dashboards or audit", usage: usage)
+            throw UsageError(message: "expected one benchmark: ingest, append, project, report, dashboards, audit or serve", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -85,8 +89,14 @@ enum BenchCommand: Command {
             print("range \(ISO8601DateFormatter().string(from: result.from)) to \(ISO8601DateFormatter().string(from: result.to)), all variables at All\n")
             print(DashboardBenchmark.table(result))
             return 0
+        case "serve":
+            let events = try arguments.int("--events", default: 100_000)
+            let result = try ServeBenchmark(eventsPerRow: events, sqlDirectory: sql).run(context)
+            print("permaudit bench serve, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
+            print(ServeBenchmark.table(result))
+            return 0
         default:
-            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report, dashboards or audit", usage: usage)
+            throw UsageError(message: "unknown benchmark '\(which)'; expected ingest, append, project, report, dashboards, audit or serve", usage: usage)
         }
         print("permaudit bench \(which), \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
         if which == "append" {

@@ -4,7 +4,7 @@ let version = "0.1.0"
 
 let commands: [any Command.Type] = [
     DbCommand.self, MigrateCommand.self, AppendCommand.self, IngestCommand.self, EventsCommand.self, ProjectCommand.self, StatsCommand.self,
-    SimulateCommand.self, ReportCommand.self, DemoCommand.self, AuditCommand.self, BenchCommand.self,
+    SimulateCommand.self, ReportCommand.self, DemoCommand.self, AuditCommand.self, ServeCommand.self, KeysCommand.self, BenchCommand.self,
 ]
 
 let topHelp = """

@@ -16,11 +16,7 @@ final class CLITests: XCTestCase {
         var stderr: String
     }
 
-    static var binary: URL {
-        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("permaudit")
-        if FileManager.default.isExecutableFile(atPath: beside.path) { return beside }
-        return TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit")
-    }
+    static var binary: URL { TestDatabase.permauditBinary }
 
     static func run(_ arguments: [String], url: String, stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
         let process = Process()
@@ -67,9 +63,28 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(ingestHelp.contains("  -h, --help"))
     }
 
+    func testKeysCreateListRevoke() throws {
+        let created = try permaudit(["keys", "create", "--app", "com.example.snap"])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let key = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertTrue(key.hasPrefix("pak_") && key.count == 68, key)
+        let stored: Int = try Connection(url: url).query("select count(*)::int from collector.api_keys where key_hash = sha256(convert_to($1, 'UTF8'))", [key]).scalar()
+        XCTAssertEqual(stored, 1, "only the hash is stored")
+        let listed = try permaudit(["keys", "list"])
+        XCTAssertEqual(listed.status, 0)
+        XCTAssertTrue(listed.stdout.contains("\tcom.example.snap\t"), listed.stdout)
+        XCTAssertFalse(listed.stdout.contains(key), "a list never shows a key")
+        let id = listed.stdout.split(separator: "\n")[1].split(separator: "\t")[0]
+        XCTAssertEqual(try permaudit(["keys", "revoke", String(id)]).stdout, "revoked key \(id)\n")
+        XCTAssertEqual(try permaudit(["keys", "revoke", String(id)]).status, 1, "already revoked")
+        XCTAssertEqual(try permaudit(["keys", "create"]).status, 64)
+        XCTAssertEqual(try permaudit(["keys", "create", "--app", "bad app"]).status, 64)
+        XCTAssertEqual(try permaudit(["serve", "--listen", "nowhere"]).status, 64)
+    }
+
     func testHelpSnapshots() throws {
         // Snapshots live in Tests/CLITests/Snapshots; update them when a help text changes on purpose.
-        for (arguments, file) in [(["--help"], "help.txt"), (["help", "ingest"], "help-ingest.txt"), (["help", "project"], "help-project.txt")] {
+        for (arguments, file) in [(["--help"], "help.txt"), (["help", "ingest"], "help-ingest.txt"), (["help", "project"], "help-project.txt"), (["help", "serve"], "help-serve.txt")] {
             let expected = try String(contentsOf: TestDatabase.packageRoot.appendingPathComponent("Tests/CLITests/Snapshots/\(file)"), encoding: .utf8)
             XCTAssertEqual(try permaudit(arguments).stdout, expected, file)
         }

@@ -36,6 +36,10 @@ final class RoleMatrixTests: XCTestCase {
             ("export an install", "select count(*) from audit.subject_events('com.example.app', 'matrix-1')", ["permaudit_auditor"]),
             ("erase an install", "select audit.erase_subject('com.example.app', 'nobody', 'test')", ["permaudit_auditor"]),
             ("rewrite the erasure record", "update audit.erasures set reason = 'x'", []),
+            ("verify a collector key", "select collector.verify_key('no-such-key')", ["permaudit_writer"]),
+            ("read the collector's key hashes", "select count(*) from collector.api_keys", []),
+            ("create a collector key", "select * from collector.create_key('com.example.app')", []),
+            ("see which migrations are applied", "select count(*) from permaudit.schema_migrations", ["permaudit_writer", "permaudit_projector", "permaudit_auditor"]),
         ]
         var wrong: [String] = []
         for role in Self.roles {

@@ -1,0 +1,110 @@
+import Foundation
+import Postgres
+
+/// The database is unreachable (or went away during a call): answer 503 and retry later.
+struct DatabaseUnavailable: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// A bounded pool of database connections, opened on demand. When a connection cannot be opened
+/// the pool stays "down" for `retryInterval` seconds, refusing at once, so that a missing
+/// database costs one connection attempt per interval rather than one per request.
+final class ConnectionPool: @unchecked Sendable {
+    // @unchecked Sendable: all state is guarded by `condition`; a checked-out `Connection` is used
+    // by the one thread that holds it (libpq's rule) until it is checked in.
+    let url: String
+    let size: Int
+    let retryInterval: Double
+    private let condition = NSCondition()
+    private var idle: [Connection] = []
+    private var open = 0
+    private var downUntil: Date?
+
+    init(url: String, size: Int, retryInterval: Double = 1) {
+        self.url = url
+        self.size = max(size, 1)
+        self.retryInterval = retryInterval
+    }
+
+    /// Connections currently checked out.
+    var inUse: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return open - idle.count
+    }
+
+    /// Runs `body` with a connection of its own. A connection that is no longer open afterwards is
+    /// dropped; failures to connect or a lost connection throw `DatabaseUnavailable`.
+    func withConnection<T>(wait: Double = 5, _ body: (Connection) throws -> T) throws -> T {
+        let connection = try checkOut(wait: wait)
+        do {
+            let result = try body(connection)
+            checkIn(connection)
+            return result
+        } catch {
+            checkIn(connection)
+            if !connection.isOpen || Self.meansUnavailable(error) {
+                throw DatabaseUnavailable(description: "\(error)")
+            }
+            throw error
+        }
+    }
+
+    /// Server shutdown, connection loss, or too many connections: worth a retry later.
+    static func meansUnavailable(_ error: any Error) -> Bool {
+        guard let error = error as? PostgresError else { return false }
+        let code = error.code.rawValue
+        return code.hasPrefix("08") || code.hasPrefix("57P") || code == "53300"
+    }
+
+    private func checkOut(wait: Double) throws -> Connection {
+        condition.lock()
+        let deadline = Date().addingTimeInterval(wait)
+        while true {
+            if let downUntil, downUntil > Date() {
+                condition.unlock()
+                throw DatabaseUnavailable(description: "the database is unreachable")
+            }
+            if let connection = idle.popLast() {
+                condition.unlock()
+                return connection
+            }
+            if open < size { break }
+            if !condition.wait(until: deadline) {
+                condition.unlock()
+                throw DatabaseUnavailable(description: "no database connection free within \(wait) s")
+            }
+        }
+        open += 1
+        condition.unlock()
+        do {
+            let connection = try Connection(url: url)
+            condition.lock()
+            downUntil = nil
+            condition.unlock()
+            return connection
+        } catch {
+            condition.lock()
+            open -= 1
+            downUntil = Date().addingTimeInterval(retryInterval)
+            condition.signal()
+            condition.unlock()
+            throw DatabaseUnavailable(description: "\(error)")
+        }
+    }
+
+    private func checkIn(_ connection: Connection) {
+        condition.lock()
+        if connection.isOpen { idle.append(connection) } else { open -= 1 }
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Closes the idle connections (those checked out close when dropped).
+    func close() {
+        condition.lock()
+        open -= idle.count
+        idle.removeAll()
+        condition.unlock()
+    }
+}

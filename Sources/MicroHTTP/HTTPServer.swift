@@ -1,0 +1,263 @@
+import CMicroHTTPD
+import Foundation
+
+/// A request whose body has been received completely.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// The path without the query string.
+    public var path: String
+    /// Header names in lower case.
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(method: String, path: String, headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+    }
+
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: [UInt8]
+
+    public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public init(status: Int, contentType: String, text: String, headers: [(String, String)] = []) {
+        self.init(status: status, headers: [("Content-Type", contentType)] + headers, body: Array(text.utf8))
+    }
+}
+
+/// Called once per request with its complete body; `respond` may be called later, from any
+/// thread, exactly once. Until then the connection is suspended and holds no server thread.
+public typealias HTTPHandler = @Sendable (HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) -> Void
+
+public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
+    public var description: String
+}
+
+/// An HTTP/1.1 server on GNU libmicrohttpd (https://www.gnu.org/software/libmicrohttpd/manual/),
+/// the only owner of its `MHD_Daemon`: a thread pool with epoll (or poll), bodies collected up to
+/// `maxBodyBytes` (a larger body is answered 413 and never handed to the handler), idle
+/// connections closed after `connectionTimeout` seconds, and suspend/resume so that a handler can
+/// answer later without holding a thread.
+///
+///     let server = try HTTPServer(host: "127.0.0.1", port: 0, threads: 4) { request, respond in
+///         respond(HTTPResponse(status: 200, contentType: "text/plain", text: "ok\n"))
+///     }
+///     print(server.port)
+public final class HTTPServer: @unchecked Sendable {
+    // @unchecked Sendable: `daemon` is written in init and stop (which waits for the daemon's
+    // threads), the counters are guarded by `lock`; everything else is immutable.
+    public let host: String
+    public private(set) var port: UInt16 = 0
+    public let maxBodyBytes: Int
+    private let handler: HTTPHandler
+    private var daemon: OpaquePointer?
+    private let lock = NSCondition()
+    private var awaitingResponse = 0
+
+    public init(host: String, port: UInt16, threads: Int, connectionTimeout: Int = 10, connectionLimit: Int = 1024,
+                maxBodyBytes: Int = 1 << 20, handler: @escaping HTTPHandler) throws {
+        self.host = host
+        self.maxBodyBytes = maxBodyBytes
+        self.handler = handler
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
+            throw HTTPServerError(description: "'\(host)' is not an IPv4 address")
+        }
+        let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_AUTO.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        daemon = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
+                permaudit_mhd_start(flags, socketAddress, accessHandler, context, requestCompleted, context,
+                                    UInt32(max(threads, 1)), UInt32(connectionTimeout), UInt32(connectionLimit), 64 * 1024)
+            }
+        }
+        guard let daemon else {
+            throw HTTPServerError(description: "cannot listen on \(host):\(port) (address in use, or no permission)")
+        }
+        self.port = permaudit_mhd_bound_port(daemon)
+    }
+
+    /// Requests handed to the handler and not answered yet.
+    public var pendingResponses: Int {
+        lock.lock()
+        defer { lock.unlock() }
+        return awaitingResponse
+    }
+
+    /// Waits (up to `timeout` seconds) until every handed-out request is answered, then stops the
+    /// daemon and its threads. Open connections are closed.
+    public func stop(timeout: Double = 30) {
+        lock.lock()
+        let deadline = Date().addingTimeInterval(timeout)
+        while awaitingResponse > 0, lock.wait(until: deadline) {}
+        lock.unlock()
+        if let daemon {
+            MHD_stop_daemon(daemon)
+            self.daemon = nil
+        }
+    }
+
+    deinit { stop(timeout: 0) }
+
+    // MARK: Callbacks (on the daemon's threads)
+
+    fileprivate func handle(_ connection: OpaquePointer, url: String, method: String,
+                            upload: UnsafePointer<CChar>?, uploadSize: UnsafeMutablePointer<Int>,
+                            state: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        guard let existing = state.pointee else {
+            // First call: the headers are in, the body is not.
+            let exchange = Exchange(connection: connection, server: self,
+                                    request: HTTPRequest(method: method, path: url, headers: Self.headers(of: connection)))
+            state.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            if let length = exchange.request.header("content-length").flatMap(Int.init), length > maxBodyBytes {
+                exchange.phase = .answered
+                return Self.queue(connection, Self.tooLarge(maxBodyBytes))
+            }
+            return .YES
+        }
+        let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            if exchange.phase == .receiving, let upload {
+                if exchange.request.body.count + uploadSize.pointee > maxBodyBytes {
+                    exchange.phase = .discarding
+                    exchange.request.body = []
+                } else {
+                    upload.withMemoryRebound(to: UInt8.self, capacity: uploadSize.pointee) {
+                        exchange.request.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: uploadSize.pointee))
+                    }
+                }
+            }
+            uploadSize.pointee = 0
+            return .YES
+        }
+        switch exchange.phase {
+        case .receiving:
+            exchange.phase = .handling
+            lock.lock()
+            awaitingResponse += 1
+            lock.unlock()
+            let request = exchange.request
+            exchange.request.body = []
+            handler(request) { response in exchange.complete(response) }
+            return exchange.answerOrSuspend()
+        case .discarding:
+            exchange.phase = .answered
+            return Self.queue(connection, Self.tooLarge(maxBodyBytes))
+        case .handling, .suspended:
+            return exchange.answerOrSuspend()
+        case .answered:
+            return .YES
+        }
+    }
+
+    fileprivate func answered() {
+        lock.lock()
+        awaitingResponse -= 1
+        lock.broadcast()
+        lock.unlock()
+    }
+
+    static func tooLarge(_ limit: Int) -> HTTPResponse {
+        HTTPResponse(status: 413, contentType: "application/json",
+                     text: "{\"error\":\"the body is larger than \(limit) bytes\"}\n", headers: [("Connection", "close")])
+    }
+
+    private static func headers(of connection: OpaquePointer) -> [String: String] {
+        let box = HeaderBox()
+        _ = MHD_get_connection_values(connection, .HEADER_KIND, { context, _, key, value in
+            guard let context, let key else { return .YES }
+            let box = Unmanaged<HeaderBox>.fromOpaque(context).takeUnretainedValue()
+            box.headers[String(cString: key).lowercased()] = value.map { String(cString: $0) } ?? ""
+            return .YES
+        }, Unmanaged.passUnretained(box).toOpaque())
+        return box.headers
+    }
+
+    /// Creates, queues and frees one `MHD_Response` (MHD keeps its own reference until sent).
+    fileprivate static func queue(_ connection: OpaquePointer, _ response: HTTPResponse) -> MHD_Result {
+        let created = response.body.withUnsafeBytes { raw in
+            MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress), .RESPMEM_MUST_COPY)
+        }
+        guard let created else { return .NO }
+        defer { MHD_destroy_response(created) }
+        for (name, value) in response.headers { _ = MHD_add_response_header(created, name, value) }
+        return MHD_queue_response(connection, UInt32(response.status), created)
+    }
+}
+
+private final class HeaderBox {
+    var headers: [String: String] = [:]
+}
+
+/// One request on one connection, from its headers to its response. Retained by MHD's
+/// per-request pointer until the request completes, and by the handler's `respond` closure.
+private final class Exchange: @unchecked Sendable {
+    // @unchecked Sendable: `request` and `phase` before `.handling` are touched only by the daemon
+    // thread serving the connection; from then on `phase` and `response` are guarded by `lock`.
+    enum Phase { case receiving, discarding, handling, suspended, answered }
+    let connection: OpaquePointer
+    unowned let server: HTTPServer
+    var request: HTTPRequest
+    var phase = Phase.receiving
+    private var response: HTTPResponse?
+    private let lock = NSLock()
+
+    init(connection: OpaquePointer, server: HTTPServer, request: HTTPRequest) {
+        self.connection = connection
+        self.server = server
+        self.request = request
+    }
+
+    /// Queues the response if the handler gave it; else suspends the connection until it does.
+    func answerOrSuspend() -> MHD_Result {
+        lock.lock()
+        if let response {
+            phase = .answered
+            lock.unlock()
+            return HTTPServer.queue(connection, response)
+        }
+        if phase != .suspended {
+            phase = .suspended
+            MHD_suspend_connection(connection)
+        }
+        lock.unlock()
+        return .YES
+    }
+
+    /// The handler's answer (any thread). Resumes the connection if it was suspended.
+    func complete(_ response: HTTPResponse) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard self.response == nil else { return }
+        self.response = response
+        if phase == .suspended { MHD_resume_connection(connection) }
+        server.answered()
+    }
+}
+
+private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, _, upload, uploadSize, state in
+    guard let context, let connection, let uploadSize, let state else { return .NO }
+    let server = Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue()
+    let path = url.map { String(cString: $0) } ?? "/"
+    return server.handle(connection, url: path, method: method.map { String(cString: $0) } ?? "",
+                         upload: upload, uploadSize: uploadSize, state: state)
+}
+
+private let requestCompleted: MHD_RequestCompletedCallback = { _, _, state, _ in
+    guard let state, let pointer = state.pointee else { return }
+    Unmanaged<Exchange>.fromOpaque(pointer).release()
+    state.pointee = nil
+}

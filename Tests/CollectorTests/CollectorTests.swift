@@ -1,0 +1,281 @@
+import Collector
+import EventLog
+import Foundation
+import MicroHTTP
+import PermissionEvents
+import Postgres
+import TestSupport
+import XCTest
+
+/// The collector end to end: a real socket, a real database (a fresh copy of the migrated template).
+final class CollectorTests: XCTestCase {
+    static let app = "com.example.app"
+    var url = ""
+    var collectors: [Collector] = []
+
+    override func setUpWithError() throws { url = try TestDatabase.create() }
+
+    override func tearDown() {
+        for collector in collectors { collector.stop() }
+        collectors = []
+        TestDatabase.drop(url)
+    }
+
+    static var migrations: Set<Int> {
+        Set((try? Migrator(directory: TestDatabase.sqlDirectory).migrations.map(\.version)) ?? [])
+    }
+
+    func start(databaseURL: String? = nil, _ configure: (inout CollectorConfiguration) -> Void = { _ in }) throws -> Collector {
+        var configuration = CollectorConfiguration(databaseURL: databaseURL ?? url, requiredMigrations: Self.migrations)
+        configuration.port = 0
+        configuration.threads = 2
+        configuration.databaseConnections = 2
+        configure(&configuration)
+        let collector = try Collector(configuration)
+        collectors.append(collector)
+        return collector
+    }
+
+    func createKey(app: String = app) throws -> String {
+        try APIKeys.create(app: app, on: try Connection(url: url)).key
+    }
+
+    static func post(_ client: HTTPClient, _ events: [String], key: String?, contentType: String = "application/json",
+                     gzip: Bool = false) throws -> HTTPClient.Response {
+        try post(client, body: Array(("[" + events.joined(separator: ",") + "]").utf8), key: key, contentType: contentType, gzip: gzip)
+    }
+
+    static func post(_ client: HTTPClient, body: [UInt8], key: String?, contentType: String = "application/json",
+                     gzip: Bool = false) throws -> HTTPClient.Response {
+        var headers = [("Content-Type", contentType)]
+        if let key { headers.append(("Authorization", "Bearer \(key)")) }
+        if gzip { headers.append(("Content-Encoding", "gzip")) }
+        return try client.send("POST", "/v1/events", headers: headers, body: gzip ? Gzip.compress(body) : body)
+    }
+
+    /// The per-event results of a 200 response: (status, field) in order.
+    static func results(_ response: HTTPClient.Response) throws -> [(status: String, field: String?)] {
+        let value = try JSONParser.parse(response.text)
+        guard case let .array(items)? = value["results"] else { throw HTTPClientError(description: "no results array in \(response.text)", connectionClosed: false) }
+        return items.map { ($0["status"]?.stringValue ?? "", $0["field"]?.stringValue) }
+    }
+
+    func storedCount(_ ids: [UUID]) throws -> Int {
+        let db = try Connection(url: url)
+        return try db.query("select count(*)::int from audit.events where event_id = any($1::uuid[])",
+                            ["{" + ids.map { $0.uuidString.lowercased() }.joined(separator: ",") + "}"]).scalar()
+    }
+
+    // MARK: POST /v1/events
+
+    func testPartialBatchStoresTheValidEventsAndRejectsTheOthersByFieldAndRule() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        let good = [UUID(), UUID(), UUID()]
+        let events = [
+            EventFixtures.event(id: good[0], app: Self.app),
+            EventFixtures.event(app: Self.app, occurredAt: "2026-10-03 09:15:27"),
+            EventFixtures.event(id: good[1], subject: "inst-2", app: Self.app),
+            EventFixtures.event(app: Self.app, removing: ["platform"]),
+            EventFixtures.event(id: good[2], type: "picker.completed", app: Self.app),
+        ]
+        let response = try Self.post(client, events, key: key)
+        XCTAssertEqual(response.status, 200, response.text)
+        let results = try Self.results(response)
+        XCTAssertEqual(results.map(\.status), ["appended", "rejected", "appended", "rejected", "appended"])
+        XCTAssertEqual(results[1].field, "occurredAt")
+        XCTAssertEqual(results[3].field, "platform")
+        XCTAssertTrue(response.text.contains("\"appended\":3,\"duplicates\":0,\"rejected\":2"), response.text)
+        XCTAssertEqual(try storedCount(good), 3)
+        let recorded: Int = try Connection(url: url).query("select coalesce(sum(rejected), 0)::int from audit.intake_anomalies").scalar()
+        XCTAssertEqual(recorded, 2, "the rejected events are recorded with the valid ones")
+        XCTAssertFalse(response.text.contains("inst-"), "no subject in a response")
+    }
+
+    func testTheSameBatchPostedTwiceStoresEachEventOnce() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        let ids = (0..<50).map { _ in UUID() }
+        let events = ids.enumerated().map { EventFixtures.event(id: $1, subject: "inst-\($0 % 7)", app: Self.app) }
+        let first = try Self.post(client, events, key: key)
+        XCTAssertEqual(try Self.results(first).map(\.status), Array(repeating: "appended", count: 50))
+        let again = try Self.post(client, events, key: key, gzip: true)
+        XCTAssertEqual(again.status, 200)
+        XCTAssertEqual(try Self.results(again).map(\.status), Array(repeating: "duplicate", count: 50))
+        XCTAssertEqual(try storedCount(ids), 50)
+        // A conflicting re-use of an id is rejected with the field, the rest of the batch is stored.
+        let other = UUID()
+        let conflicting = [EventFixtures.event(id: ids[0], type: "permission.granted", app: Self.app), EventFixtures.event(id: other, app: Self.app)]
+        let third = try Self.post(client, conflicting, key: key)
+        XCTAssertEqual(try Self.results(third).map(\.status), ["rejected", "appended"], third.text)
+        XCTAssertEqual(try Self.results(third)[0].field, "eventId")
+        XCTAssertEqual(try storedCount(ids + [other]), 51)
+    }
+
+    func testEachRefusalHasItsStatusCode() throws {
+        let key = try createKey()
+        let collector = try start { $0.keyCacheSeconds = 0 }
+        let client = try HTTPClient(port: collector.port)
+        let event = EventFixtures.event(app: Self.app)
+
+        let get = try client.send("GET", "/v1/events")
+        XCTAssertEqual(get.status, 405)
+        XCTAssertEqual(get.headers["allow"], "POST")
+        XCTAssertEqual(try client.send("POST", "/metrics").status, 405)
+        XCTAssertEqual(try client.send("GET", "/v2/events").status, 404)
+        let anonymous = try Self.post(client, [event], key: nil)
+        XCTAssertEqual(anonymous.status, 401)
+        XCTAssertEqual(anonymous.headers["www-authenticate"], "Bearer")
+        XCTAssertEqual(try Self.post(client, [event], key: "pak_" + String(repeating: "0", count: 64)).status, 401)
+        XCTAssertEqual(try Self.post(client, [event], key: key, contentType: "text/plain").status, 415)
+        XCTAssertEqual(try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
+                                                                       ("Content-Encoding", "br")], body: Array("[\(event)]".utf8)).status, 415)
+        let malformed = try Self.post(client, body: Array("[{\"eventId\": ".utf8), key: key)
+        XCTAssertEqual(malformed.status, 400)
+        XCTAssertTrue(malformed.text.contains("malformed JSON"), malformed.text)
+        XCTAssertEqual(try Self.post(client, body: Array(event.utf8), key: key).status, 400, "an object, not an array")
+        XCTAssertEqual(try Self.post(client, [], key: key).status, 400)
+        let tooMany = try Self.post(client, Array(repeating: event, count: 501), key: key)
+        XCTAssertEqual(tooMany.status, 413)
+
+        // Another app's key: 403, and nothing of the batch is stored.
+        let otherKey = try createKey(app: "com.example.other")
+        let mine = UUID()
+        let mixed = try Self.post(client, [EventFixtures.event(id: mine, app: "com.example.other"), event], key: otherKey)
+        XCTAssertEqual(mixed.status, 403)
+        XCTAssertTrue(mixed.text.contains("\"indices\":[1]"), mixed.text)
+        XCTAssertEqual(try storedCount([mine]), 0)
+
+        // A revoked key: 401.
+        let db = try Connection(url: url)
+        let revokedId = try APIKeys.list(on: db).first { $0.app == "com.example.other" }!.id
+        XCTAssertTrue(try APIKeys.revoke(id: revokedId, on: db))
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: "com.example.other")], key: otherKey).status, 401)
+        XCTAssertEqual(try Self.post(client, [event], key: key).status, 200)
+
+        let metrics = try client.send("GET", "/metrics")
+        XCTAssertEqual(metrics.status, 200)
+        for line in ["permaudit_collector_requests_total{code=\"401\"} 3", "permaudit_collector_requests_total{code=\"403\"} 1",
+                     "permaudit_collector_requests_total{code=\"200\"} 1", "permaudit_collector_events_total{result=\"appended\"} 1",
+                     "permaudit_collector_request_duration_seconds_count 14"] {
+            XCTAssertTrue(metrics.text.contains(line + "\n"), line + "\n" + metrics.text)
+        }
+    }
+
+    func testRateLimitAnswers429WithRetryAfterPerKey() throws {
+        let key = try createKey(), second = try createKey()
+        let client = try HTTPClient(port: try start { $0.rateLimit = 0.2; $0.burst = 2 }.port)
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+        let limited = UUID()
+        let third = try Self.post(client, [EventFixtures.event(id: limited, app: Self.app)], key: key)
+        XCTAssertEqual(third.status, 429)
+        XCTAssertEqual(third.headers["retry-after"], "5")
+        XCTAssertEqual(try storedCount([limited]), 0)
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: second).status, 200, "each key has its own bucket")
+    }
+
+    // MARK: Limits that never reach the database
+
+    /// The collector's database does not exist: what is refused for its size or form is refused
+    /// without it (413/400, not 503); a valid request gets 503 and the process keeps serving.
+    func testBodyLimitsAndGzipBombsAreRefusedWithoutTheDatabase() throws {
+        let missing = "postgresql:///no_such_database?host=/nonexistent&user=nobody"
+        let client = try HTTPClient(port: try start(databaseURL: missing).port)
+        let key = "pak_" + String(repeating: "a", count: 64)
+
+        let large = [UInt8]("[".utf8) + [UInt8](repeating: 0x20, count: 1 << 20) + [UInt8]("]".utf8)
+        let oversized = try Self.post(client, body: large, key: key)
+        XCTAssertEqual(oversized.status, 413)
+        // 16 MiB of spaces compress to ~16 KiB: refused at 1 MiB of output.
+        let bomb = Gzip.compress([UInt8](repeating: 0x20, count: 16 << 20))
+        XCTAssertLessThan(bomb.count, 1 << 20)
+        let bombed = try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
+                                                                      ("Content-Encoding", "gzip")], body: bomb)
+        XCTAssertEqual(bombed.status, 413)
+        XCTAssertTrue(bombed.text.contains("larger than 1048576"), bombed.text)
+        // Under 1 MiB decompressed, but a ratio no JSON batch has.
+        let dense = try Self.post(client, body: large.prefix(900_000) + [UInt8]("]".utf8), key: key, gzip: true)
+        XCTAssertEqual(dense.status, 413)
+        XCTAssertTrue(dense.text.contains("times its compressed size"), dense.text)
+        let corrupt = try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
+                                                                       ("Content-Encoding", "gzip")], body: Array("not gzip".utf8))
+        XCTAssertEqual(corrupt.status, 400)
+
+        let valid = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
+        XCTAssertEqual(valid.status, 503)
+        XCTAssertEqual(valid.headers["retry-after"], "2")
+        XCTAssertEqual(try client.send("GET", "/healthz").status, 200)
+        XCTAssertEqual(try client.send("GET", "/readyz").status, 503)
+    }
+
+    func testReadyWhenMigratedAndNotBefore() throws {
+        let client = try HTTPClient(port: try start().port)
+        XCTAssertEqual(try client.send("GET", "/readyz").status, 200)
+        let bare = try TestDatabase.create(migrated: false)
+        defer { TestDatabase.drop(bare) }
+        let unmigrated = try HTTPClient(port: try start(databaseURL: bare).port)
+        let response = try unmigrated.send("GET", "/readyz")
+        XCTAssertEqual(response.status, 503)
+        XCTAssertTrue(response.text.contains("migrate"), response.text)
+    }
+
+    // MARK: Stalled clients
+
+    /// A client that sends half a request and stalls is disconnected after the time-out, and it
+    /// never holds the (only) database connection: others are served meanwhile.
+    func testStalledClientsTimeOutWithoutHoldingADatabaseConnection() throws {
+        let key = try createKey()
+        let collector = try start { $0.connectionTimeout = 1; $0.databaseConnections = 1 }
+        let halfBody = try HTTPClient(port: collector.port)
+        let event = Array("[\(EventFixtures.event(app: Self.app))]".utf8)
+        try halfBody.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\nContent-Length: \(event.count)\r\n\r\n".utf8)
+                           + event.prefix(event.count / 2))
+        let halfHeaders = try HTTPClient(port: collector.port)
+        try halfHeaders.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Ty".utf8))
+
+        let other = try HTTPClient(port: collector.port)
+        XCTAssertEqual(try Self.post(other, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+
+        XCTAssertTrue(halfBody.waitForClose(timeout: 30), "the stalled body is cut off")
+        XCTAssertTrue(halfHeaders.waitForClose(timeout: 30), "the stalled header is cut off")
+        let stored: Int = try Connection(url: url).query("select count(*)::int from audit.events").scalar()
+        XCTAssertEqual(stored, 1, "the half-sent event is not stored")
+        XCTAssertEqual(try Self.post(other, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+    }
+
+    // MARK: Group commit
+
+    func testConcurrentRequestsAreEachAnsweredAfterTheirEventsAreCommitted() throws {
+        let key = try createKey()
+        let collector = try start { $0.threads = 4; $0.databaseConnections = 2 }
+        let clients = 16, requests = 10
+        let acknowledged = LockedIDs()
+        let failures = LockedIDs()
+        DispatchQueue.concurrentPerform(iterations: clients) { c in
+            guard let client = try? HTTPClient(port: collector.port) else { return failures.add([UUID()]) }
+            for r in 0..<requests {
+                let ids = (0..<20).map { _ in UUID() }
+                let events = ids.map { EventFixtures.event(id: $0, subject: "inst-\(c)-\(r % 3)", app: Self.app) }
+                guard let response = try? Self.post(client, events, key: key), response.status == 200 else { return failures.add(ids) }
+                // Committed before the answer: visible to a new connection right now.
+                acknowledged.add(ids)
+            }
+        }
+        XCTAssertEqual(failures.count, 0)
+        XCTAssertEqual(acknowledged.count, clients * requests * 20)
+        XCTAssertEqual(try storedCount(acknowledged.all), acknowledged.count)
+        let metrics = try HTTPClient(port: collector.port).send("GET", "/metrics").text
+        XCTAssertTrue(metrics.contains("permaudit_collector_committed_requests_total \(clients * requests)\n"), metrics)
+    }
+}
+
+/// Event ids gathered by several threads.
+final class LockedIDs: @unchecked Sendable {
+    // @unchecked Sendable: `ids` is guarded by `lock`.
+    private let lock = NSLock()
+    private var ids: [UUID] = []
+    func add(_ more: [UUID]) { lock.lock(); ids += more; lock.unlock() }
+    var all: [UUID] { lock.lock(); defer { lock.unlock() }; return ids }
+    var count: Int { all.count }
+}
