@@ -34,7 +34,7 @@ public struct AuditBenchmark {
         let seal = try measure { sealed = try Sealer(key: key).seal(db) }
         context.log("verify")
         var result: Verifier.Result?
-        let verify = try measure { result = try Verifier(publicKey: try key.publicKey).verify(db) }
+        let verify = try measure { result = try Verifier(publicKey: try key.publicKey).verify(url: url) }
         guard let result, result.intact, result.eventsValid == events else { throw BenchmarkError("verification failed") }
         return [
             BenchmarkRow(name: "plain sha256(canonical row) in SQL (reference)", count: hashed, seconds: reference),

@@ -54,70 +54,116 @@ public struct Verifier {
     }
 
     /// Verifies the seals whose events touch `positions` (all when nil); the chain and the
-    /// signatures of all seals are always checked. Runs in one read-only snapshot.
-    public func verify(_ db: Connection, positions: ClosedRange<Int64>? = nil) throws -> Result {
+    /// signatures of all seals are always checked. `workers` connections share one read-only
+    /// snapshot (exported by the first) and check the seals between them.
+    public func verify(url: String, positions: ClosedRange<Int64>? = nil, workers: Int = 2) throws -> Result {
+        let db = try Connection(url: url)
         try db.execute("begin transaction isolation level repeatable read read only")
         defer { _ = try? db.execute("rollback") }
-        var result = Result(requested: positions)
+        let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
         let seals = try Seal.all(db)
-        var previous = Seal.genesisHash
-        var previousEnd = LogPoint.start
-        for seal in seals {
-            var sealFailures: [Failure] = []
-            let leaves = try Seal.leaves(db, sealId: seal.id)
-            // Seal-level failures name the seal's first sealed position (as far as it can be read).
-            let first = leaves?.first?.position
-            if seal.previousHash != previous || seal.after != previousEnd {
-                sealFailures.append(Failure(kind: .brokenChain, sealId: seal.id, position: first,
-                                            detail: seal.previousHash != previous ? "previous_hash is not the hash of seal \(seal.id - 1)"
-                                                                                  : "range does not start where seal \(seal.id - 1) ends"))
-            }
-            if seal.sealHash != SHA256.hash(seal.message) {
-                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first, detail: "seal_hash does not match its fields"))
-            }
-            if seal.keyFingerprint != publicKey.fingerprint || !publicKey.isValidSignature(seal.signature, for: seal.message) {
-                sealFailures.append(Failure(kind: .badSignature, sealId: seal.id, position: first,
-                                            detail: seal.keyFingerprint != publicKey.fingerprint
-                                                ? "signed by another key (\(seal.keyFingerprint.prefix(16))...)" : "the signature does not verify"))
-            }
-            // Chain on the hash as stored, so that one altered seal is reported once.
-            previous = seal.sealHash
-            previousEnd = seal.through
 
-            if let positions, let leaves, !leaves.contains(where: { positions.contains($0.position) }) {
-                result.failures += sealFailures
-                if sealFailures.isEmpty { result.sealsValid += 1 }
-                result.sealsChecked += 1
-                continue
+        let outcomes = Outcomes()
+        let publicKey = self.publicKey
+        DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in
+            do {
+                let connection = try Connection(url: url)
+                try connection.execute("begin transaction isolation level repeatable read read only")
+                try connection.query("set transaction snapshot '\(snapshot)'")
+                for index in stride(from: worker, to: seals.count, by: max(1, min(workers, seals.count))) {
+                    let outcome = try Self.check(seals[index], previous: index > 0 ? seals[index - 1] : nil, on: connection,
+                                                 publicKey: publicKey, positions: positions)
+                    outcomes.set(index, outcome)
+                }
+                try connection.execute("rollback")
+            } catch {
+                outcomes.fail(error)
             }
-            guard let leaves, leaves.count == seal.eventCount, Merkle.root(leaves.map(\.hash)) == seal.merkleRoot else {
-                sealFailures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first,
-                                            detail: "the stored leaves do not give the signed Merkle root"))
-                result.failures += sealFailures
-                result.sealsChecked += 1
-                result.eventsChecked += Int(seal.eventCount)
-                continue
-            }
-            var actual: [SealedLeaf] = []
-            try EventHashes.forEachLeaf(db, after: seal.after, through: seal.through) { point, id, hash in
-                actual.append(SealedLeaf(position: point.position, eventId: id, hash: hash))
-            }
-            let (valid, failure) = Self.compare(sealed: leaves, actual: actual, sealId: seal.id)
-            if let failure { sealFailures.append(failure) }
-            result.eventsValid += valid
-            result.eventsChecked += leaves.count
-            let low = leaves.map(\.position).min()!, high = leaves.map(\.position).max()!
-            result.found = result.found.map { min($0.lowerBound, low)...max($0.upperBound, high) } ?? low...high
-            result.failures += sealFailures
-            if sealFailures.isEmpty { result.sealsValid += 1 }
-            result.sealsChecked += 1
         }
+        if let error = outcomes.error { throw error }
+
+        var result = Result(requested: positions)
+        for index in seals.indices {
+            guard let outcome = outcomes.get(index) else { continue }
+            result.failures += outcome.failures
+            result.sealsChecked += 1
+            if outcome.failures.isEmpty { result.sealsValid += 1 }
+            result.eventsValid += outcome.eventsValid
+            result.eventsChecked += outcome.eventsChecked
+            if let found = outcome.found {
+                result.found = result.found.map { min($0.lowerBound, found.lowerBound)...max($0.upperBound, found.upperBound) } ?? found
+            }
+        }
+        let end = seals.last?.through ?? .start
         let tail = try db.query("""
             select count(*)::bigint, min(e.position) from audit.events e where (e.transaction_id, e.position) > ($1::xid8, $2::bigint)
-            """, [String(previousEnd.transactionId), previousEnd.position]).decode((Int, Int64?).self)[0]
+            """, [String(end.transactionId), end.position]).decode((Int, Int64?).self)[0]
         result.unsealed = tail.0
         result.firstUnsealed = tail.1
         return result
+    }
+
+    /// What one seal's check found.
+    struct SealOutcome: Sendable {
+        var failures: [Failure] = []
+        var eventsValid = 0
+        var eventsChecked = 0
+        var found: ClosedRange<Int64>?
+    }
+
+    /// One seal: its link to the previous seal, its hash and signature, its stored leaves against
+    /// its root, and (when it holds positions of the range) every event against its leaf.
+    static func check(_ seal: Seal, previous: Seal?, on db: Connection, publicKey: VerifyingKey,
+                      positions: ClosedRange<Int64>?) throws -> SealOutcome {
+        var outcome = SealOutcome()
+        let leaves = try Seal.leaves(db, sealId: seal.id)
+        // Seal-level failures name the seal's first sealed position (as far as it can be read).
+        let first = leaves?.first?.position
+        // The chain runs on the hashes as stored, so that one altered seal is reported once.
+        if seal.previousHash != (previous?.sealHash ?? Seal.genesisHash) || seal.after != (previous?.through ?? .start) {
+            outcome.failures.append(Failure(kind: .brokenChain, sealId: seal.id, position: first,
+                                            detail: seal.previousHash != (previous?.sealHash ?? Seal.genesisHash)
+                                                ? "previous_hash is not the hash of seal \(seal.id - 1)"
+                                                : "range does not start where seal \(seal.id - 1) ends"))
+        }
+        if seal.sealHash != SHA256.hash(seal.message) {
+            outcome.failures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first, detail: "seal_hash does not match its fields"))
+        }
+        if seal.keyFingerprint != publicKey.fingerprint || !publicKey.isValidSignature(seal.signature, for: seal.message) {
+            outcome.failures.append(Failure(kind: .badSignature, sealId: seal.id, position: first,
+                                            detail: seal.keyFingerprint != publicKey.fingerprint
+                                                ? "signed by another key (\(seal.keyFingerprint.prefix(16))...)" : "the signature does not verify"))
+        }
+        if let positions, let leaves, !leaves.contains(where: { positions.contains($0.position) }) { return outcome }
+        outcome.eventsChecked = Int(seal.eventCount)
+        guard let leaves, leaves.count == seal.eventCount, Merkle.root(leaves.map(\.hash)) == seal.merkleRoot else {
+            outcome.failures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first,
+                                            detail: "the stored leaves do not give the signed Merkle root"))
+            return outcome
+        }
+        var actual: [SealedLeaf] = []
+        actual.reserveCapacity(leaves.count)
+        try EventHashes.forEachLeaf(db, after: seal.after, through: seal.through) { point, id, hash in
+            actual.append(SealedLeaf(position: point.position, eventId: id, hash: hash))
+        }
+        let (valid, failure) = compare(sealed: leaves, actual: actual, sealId: seal.id)
+        if let failure { outcome.failures.append(failure) }
+        outcome.eventsValid = valid
+        let sealedPositions = leaves.map(\.position)
+        outcome.found = sealedPositions.min()!...sealedPositions.max()!
+        return outcome
+    }
+
+    /// The workers' outcomes, by seal index.
+    private final class Outcomes: @unchecked Sendable {
+        // Touched only under the lock.
+        private let lock = NSLock()
+        private var outcomes: [Int: SealOutcome] = [:]
+        private(set) var error: (any Error)?
+
+        func set(_ index: Int, _ outcome: SealOutcome) { lock.withLock { outcomes[index] = outcome } }
+        func get(_ index: Int) -> SealOutcome? { lock.withLock { outcomes[index] } }
+        func fail(_ error: any Error) { lock.withLock { if self.error == nil { self.error = error } } }
     }
 
     /// How many sealed events are intact, and the first difference between what was sealed and

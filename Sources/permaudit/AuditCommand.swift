@@ -79,8 +79,12 @@ enum AuditCommand: Command {
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
                 let range = arguments.value("--from") == nil && arguments.value("--to") == nil ? nil : Int64(from)...Int64(to)
                 let db: Postgres.Connection
-                do { db = try openDatabase(arguments) } catch { printError("Error: \(error)"); return 2 }
-                let result = try Verifier(publicKey: key).verify(db, positions: range)
+                let url: String
+                do {
+                    db = try openDatabase(arguments)
+                    url = try Database.resolveURL(arguments.value("--database-url"))
+                } catch { printError("Error: \(error)"); return 2 }
+                let result = try Verifier(publicKey: key).verify(url: url, positions: range)
                 try SubjectRights.recordAccess(db, command: "audit verify", details: [
                     "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all", "result": result.intact ? "intact" : "tampered",
                     "failures": "\(result.failures.count)",

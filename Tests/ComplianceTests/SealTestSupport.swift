@@ -24,7 +24,7 @@ struct SealedDatabase {
     }
 
     func verify(_ positions: ClosedRange<Int64>? = nil) throws -> Verifier.Result {
-        try Verifier(publicKey: try key.publicKey).verify(db, positions: positions)
+        try Verifier(publicKey: try key.publicKey).verify(url: url, positions: positions)
     }
 
     /// Runs `sql` as the superuser with the log's triggers off: what an attacker with full
