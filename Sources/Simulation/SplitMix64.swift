@@ -13,7 +13,6 @@ public struct SplitMix64: RandomNumberGenerator, Sendable {
     }
 }
 
-
 extension SplitMix64 {
     /// A uniform double in [0, 1).
     public mutating func unit() -> Double { Double(next() >> 11) * 0x1.0p-53 }
@@ -38,7 +37,8 @@ extension SplitMix64 {
     public mutating func uuid() -> String {
         let a = next(), b = next()
         let hex = Array(String(format: "%016llx%016llx", a, b))
+        let variant = ["8", "9", "a", "b"][Int(b >> 62)]  // RFC 4122 variant bits 10xx
         return String(hex[0..<8]) + "-" + String(hex[8..<12]) + "-4" + String(hex[13..<16]) + "-"
-            + String("89ab"[String.Index(utf16Offset: Int(b >> 62), in: "89ab")]) + String(hex[17..<20]) + "-" + String(hex[20..<32])
+            + variant + String(hex[17..<20]) + "-" + String(hex[20..<32])
     }
 }
