@@ -27,6 +27,7 @@ enum AuditCommand: Command {
           permissions [--app A] [--format table|json]
                                       over-permission findings with severity, evidence and the
                                       platform guidance behind each
+
         Every command that reads the database records itself in audit.access_log (never an install
         id). Keys: the private key file is created with mode 0600; seal and verify find the pair in
         $PERMAUDIT_HOME/keys/ unless --key / --public-key say otherwise. See docs/compliance.md.
