@@ -15,7 +15,7 @@ public struct Truth: Sendable {
     public var malformedLines = 0
     /// Valid events delivered after an event of the same install that occurred later.
     public var lateEvents = 0
-    /// Dialogs shown, by platform and arm.
+    /// System dialogs shown, by platform and arm (primed: after an accepted pre-permission screen).
     public var dialogs: [Platform: (unprimed: Int, primed: Int)] = [.ios: (0, 0), .android: (0, 0)]
     /// First permission attempts in the experiment, by app, arm and platform.
     public var experimentAttempts: [String: [Bool: [Platform: Int]]] = [:]

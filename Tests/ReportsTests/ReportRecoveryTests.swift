@@ -40,6 +40,9 @@ final class ReportRecoveryTests: XCTestCase {
             for row in byPlatform.rows.indices {
                 let platform = try XCTUnwrap(Platform(rawValue: byPlatform.text(row, "platform")))
                 let primed = byPlatform.text(row, "arm") == "primed"
+                let dialogs = try XCTUnwrap(truth.dialogs[platform])
+                XCTAssertEqual(byPlatform.number(row, "prompted"), Double(primed ? dialogs.primed : dialogs.unprimed),
+                               "seed \(seed): dialogs shown, \(platform) \(primed ? "primed" : "unprimed")")
                 check("denial at dialog \(platform) \(primed ? "primed" : "unprimed")", truth.denialAtDialog(platform, primed: primed),
                       byPlatform.number(row, "denial_rate_at_dialog"), byPlatform.number(row, "denial_at_dialog_low"),
                       byPlatform.number(row, "denial_at_dialog_high"))
