@@ -74,9 +74,11 @@ public struct Simulator {
         var world = World(model: model)
         var installs: [Install] = []
         while true {
-            let index = Int(rng.next() % UInt64(max(subjects, 1)))
-            if index >= installs.count { installs.append(world.newInstall(index: installs.count, rng: &rng)) }
-            let slot = min(index, installs.count - 1)
+            // New installs join (a third of the sessions) until the pool holds `subjects`.
+            if installs.isEmpty || (installs.count < subjects && rng.chance(1.0 / 3)) {
+                installs.append(world.newInstall(index: installs.count, rng: &rng))
+            }
+            let slot = Int(rng.next() % UInt64(installs.count))
             let events = world.session(&installs[slot], at: now(), rng: &rng)
             guard try emit(events.map(\.json)) else { return }
         }
