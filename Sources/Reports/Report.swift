@@ -3,8 +3,9 @@ import Compliance
 import Foundation
 import Postgres
 
-/// A batch report: every number read from the analytics views through `Stats`, for one set of
-/// filters, organised in sections of tables, each table optionally drawn as a chart.
+/// A batch report for one set of filters, in sections of tables, each table optionally drawn as a
+/// chart: every number read from the analytics views through `Stats`, and a compliance section
+/// from `Findings` (which also reads the projections and the log, with an auditor's rights).
 ///
 ///     let report = try Report.build(db, filters: StatsQuery(app: "com.example.snap"))
 ///     try ReportWriter(report).write(formats: [.html, .json], to: directory)
