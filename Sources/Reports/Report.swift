@@ -8,7 +8,7 @@ import Postgres
 /// from `Findings` (which also reads the projections and the log, with an auditor's rights).
 ///
 ///     let report = try Report.build(db, filters: StatsQuery(app: "com.example.snap"))
-///     try ReportWriter(report).write(formats: [.html, .json], to: directory)
+///     try ReportWriter(report).write([.html, .json], to: directory)
 public struct Report: Sendable {
     public var generatedAt: Date
     public var filters: StatsQuery
