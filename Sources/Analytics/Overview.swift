@@ -42,43 +42,32 @@ public struct Overview: Sendable, Equatable {
 extension Stats {
     /// Events, attempts and data quality for the query's filters (its grouping is ignored).
     public static func overview(_ db: Connection, _ query: StatsQuery) throws -> Overview {
-        let (events, late, first, last, apps) = try db.query("""
-            select coalesce(sum(events), 0)::bigint, coalesce(sum(late_events), 0)::bigint, min(day)::text, max(day)::text,
-                   count(distinct app)::bigint
-              from analytics.events_daily where \(query.filter)
-            """, query.parameters).decode((Int, Int, String?, String?, Int).self)[0]
-        let (duplicates, rejected) = try db.query("""
-            select coalesce(sum(duplicates), 0)::bigint, coalesce(sum(rejected), 0)::bigint
-              from analytics.intake_anomalies_daily where \(query.filter)
-            """, query.parameters).decode((Int, Int).self)[0]
-        let (permission, primed) = try db.query("""
-            select coalesce(sum(attempts), 0)::bigint, coalesce(sum(attempts) filter (where arm = 'primed'), 0)::bigint
-              from analytics.priming_arms_daily where \(query.filter)
-            """, query.parameters).decode((Int, Int).self)[0]
-        let picker: Int = try db.query("""
-            select coalesce(sum(picker_attempts), 0)::bigint from analytics.picker_adoption_daily where \(query.filter)
-            """, query.parameters).scalar()
-        let experiment: Int = try db.query("""
-            select coalesce(sum(attempts), 0)::bigint from analytics.experiment_arms_detail_daily where \(query.filter)
-            """, query.parameters).scalar()
-        let (prompted, answered) = try db.query("""
-            select coalesce(sum(prompted), 0)::bigint, coalesce(sum(granted + limited + denied + restricted), 0)::bigint
-              from analytics.permission_outcomes_daily where \(query.filter)
-            """, query.parameters).decode((Int, Int).self)[0]
+        // One statement: each view summed under the same filters.
+        let row = try db.query("""
+            select e.events, e.late_events, e.first_day, e.last_day, e.apps, i.duplicates, i.rejected,
+                   p.attempts, p.primed, k.picker_attempts, x.attempts, o.prompted, o.answered
+              from (select coalesce(sum(events), 0)::bigint as events, coalesce(sum(late_events), 0)::bigint as late_events,
+                           min(day)::text as first_day, max(day)::text as last_day, count(distinct app)::bigint as apps
+                      from analytics.events_daily where \(query.filter)) e,
+                   (select coalesce(sum(duplicates), 0)::bigint as duplicates, coalesce(sum(rejected), 0)::bigint as rejected
+                      from analytics.intake_anomalies_daily where \(query.filter)) i,
+                   (select coalesce(sum(attempts), 0)::bigint as attempts,
+                           coalesce(sum(attempts) filter (where arm = 'primed'), 0)::bigint as primed
+                      from analytics.priming_arms_daily where \(query.filter)) p,
+                   (select coalesce(sum(picker_attempts), 0)::bigint as picker_attempts
+                      from analytics.picker_adoption_daily where \(query.filter)) k,
+                   (select coalesce(sum(attempts), 0)::bigint as attempts
+                      from analytics.experiment_arms_detail_daily where \(query.filter)) x,
+                   (select coalesce(sum(prompted), 0)::bigint as prompted,
+                           coalesce(sum(granted + limited + denied + restricted), 0)::bigint as answered
+                      from analytics.permission_outcomes_daily where \(query.filter)) o
+            """, query.parameters).decode((Int, Int, String?, String?, Int, Int, Int, Int, Int, Int, Int, Int, Int).self)[0]
         var overview = Overview()
-        overview.events = events
-        overview.lateEvents = late
-        overview.firstDay = first
-        overview.lastDay = last
-        overview.apps = apps
-        overview.duplicates = duplicates
-        overview.rejected = rejected
-        overview.permissionAttempts = permission
-        overview.primedAttempts = primed
-        overview.pickerAttempts = picker
-        overview.experimentAttempts = experiment
-        overview.promptedAttempts = prompted
-        overview.promptedWithoutOutcome = prompted - answered
+        (overview.events, overview.lateEvents, overview.firstDay, overview.lastDay, overview.apps) = (row.0, row.1, row.2, row.3, row.4)
+        (overview.duplicates, overview.rejected) = (row.5, row.6)
+        (overview.permissionAttempts, overview.primedAttempts, overview.pickerAttempts, overview.experimentAttempts) = (row.7, row.8, row.9, row.10)
+        overview.promptedAttempts = row.11
+        overview.promptedWithoutOutcome = row.11 - row.12
         return overview
     }
 
