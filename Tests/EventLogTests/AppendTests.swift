@@ -24,6 +24,16 @@ final class AppendTests: XCTestCase {
 
     func count() throws -> Int { try db.query("select count(*) from audit.events").scalar() }
 
+    /// Streams whose versions are not exactly 0..n-1.
+    func streamsWithGaps() throws -> Int {
+        try db.query("""
+            select count(*) from (
+                select stream_key, count(*) as n, max(stream_version) as top, min(stream_version) as bottom
+                  from audit.events group by stream_key) s
+             where bottom <> 0 or top <> n - 1
+            """).scalar()
+    }
+
     func testAppendAssignsPositionsAndContiguousStreamVersions() throws {
         let events = (0..<5).map { i in EventFixtures.event(subject: i % 2 == 0 ? "inst-a" : "inst-b") }
         let results = try log.append(events)
@@ -165,14 +175,30 @@ final class AppendTests: XCTestCase {
         }
         XCTAssertEqual(failures.items, [])
         XCTAssertEqual(try count(), 300)
-        let gaps = try db.query("""
-            select count(*) from (
-                select stream_key, count(*) as n, max(stream_version) as top, min(stream_version) as bottom
-                  from audit.events group by stream_key) s
-             where bottom <> 0 or top <> n - 1
-            """).scalar(Int.self)
-        XCTAssertEqual(gaps, 0)
-        XCTAssertEqual(try db.query("select count(*) from audit.subject_streams s where next_version <> (select count(*) from audit.events e where e.stream_key = s.stream_key)").scalar(Int.self), 0)
+        XCTAssertEqual(try streamsWithGaps(), 0)
+        XCTAssertEqual(try db.query("select count(*) from audit.subject_streams s where not exists (select from audit.events e where e.stream_key = s.stream_key)").scalar(Int.self), 0)
+    }
+
+    func testConcurrentSingleEventAppendsToNewAndSharedInstalls() throws {
+        // The one-event path: 8 writers append single events from a pool of 120 over 4 installs
+        // that do not exist yet, each id several times: stored once, streams contiguous, no error.
+        let pool = (0..<120).map { i in EventFixtures.event(id: UUID(), subject: "solo-\(i % 4)") }
+        let url = self.url
+        let failures = LockedList()
+        DispatchQueue.concurrentPerform(iterations: 8) { writer in
+            do {
+                let log = EventLog(connection: try Connection(url: url))
+                var generator = RandomEvents.Generator(seed: UInt64(writer + 100))
+                for _ in 0..<60 { _ = try log.append([pool[Int.random(in: 0..<pool.count, using: &generator)]]) }
+                for event in pool { _ = try log.append([event]) }
+            } catch {
+                failures.append("writer \(writer): \(error)")
+            }
+        }
+        XCTAssertEqual(failures.items, [])
+        XCTAssertEqual(try count(), 120)
+        XCTAssertEqual(try db.query("select count(*) from audit.subject_streams").scalar(Int.self), 4)
+        XCTAssertEqual(try streamsWithGaps(), 0)
     }
 }
 
