@@ -127,6 +127,19 @@ final class AppendTests: XCTestCase {
         XCTAssertEqual(try db.query("select payload->'attributes'->>'note' from audit.events").scalar(String.self), "'; delete from audit.events; --")
     }
 
+    func testTheProjectorIsWokenAfterEachCommitThatAppended() throws {
+        let listener = try Connection(url: url)
+        try listener.listen("permaudit_events")
+        let event = EventFixtures.event()
+        try log.append([event])  // notified with the call's commit
+        XCTAssertNotNil(try listener.waitForNotification(timeout: 5))
+        try log.append([event])  // a duplicate appends nothing: no wake-up
+        XCTAssertNil(try listener.waitForNotification(timeout: 0.3))
+        try db.transaction { try log.append([EventFixtures.event(), EventFixtures.event()]) }  // with the caller's commit
+        XCTAssertNotNil(try listener.waitForNotification(timeout: 5))
+        XCTAssertEqual(try count(), 3)
+    }
+
     func testExpectedVersion() throws {
         let first = try log.append([EventFixtures.event(subject: "s")], expectedVersion: -1)
         XCTAssertEqual(first.first?.status, .appended)
