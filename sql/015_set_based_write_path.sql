@@ -18,6 +18,8 @@
 --    which every batch updated, is dropped: in one long ingest transaction those updates left a
 --    chain of unprunable row versions behind every install.
 -- 4. A call with one event takes a shorter path through the same steps.
+-- 5. The duplicates of a call are counted (audit.intake_anomalies) where they are found, and
+--    audit.append_events holds the whole write path again; 008's wrapper and audit.store_events go.
 
 -- The ranges of a timestamp that has the RFC 3339 shape: a date up to the 28th of February, hours,
 -- minutes, seconds, at most 9 fraction digits, an offset within +-15:59 (what PostgreSQL stores).
@@ -139,9 +141,12 @@ as $$
               from audit.events l where l.event_id = (e->>'eventId')::uuid)
 $$;
 
-create or replace function audit.store_events(events jsonb, expected_version bigint default null)
+-- 5 above: the write path in one function (security definer, as 011 made the wrapper).
+create or replace function audit.append_events(events jsonb, expected_version bigint default null)
 returns table (event_id uuid, "position" bigint, status text)
 language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
 as $$
 declare
     problem      record;
@@ -208,6 +213,8 @@ begin
                 message = 'events[0].eventId: an event with this id was already stored with different content',
                 detail = 'index=0';
         end if;
+        insert into audit.intake_anomalies (day, app, platform, duplicates)
+        values (((e->>'occurredAt')::timestamptz at time zone 'UTC')::date, e->>'app', e->>'platform', 1);
         return query select (e->>'eventId')::uuid, null::bigint, 'duplicate'::text;
         return;
     end if;
@@ -295,7 +302,7 @@ begin
         on conflict on constraint events_event_id_key do nothing
         returning l.event_id, l.position, l.stream_key, l.stream_version
     ), results as (
-        select b.idx, b.id, i.position,
+        select b.idx, b.id, b.e, i.position,
                case
                    when i.position is not null then 'appended'
                    when b.idx <> f.idx then case when b.e = f.e then 'duplicate' else 'conflict' end
@@ -305,6 +312,12 @@ begin
           from batch b
           join firsts f on f.id = b.id
           left join inserted i on i.event_id = b.id and b.idx = f.idx
+    ), recorded as (
+        insert into audit.intake_anomalies (day, app, platform, duplicates)
+        select ((r.e->>'occurredAt')::timestamptz at time zone 'UTC')::date, r.e->>'app', r.e->>'platform', count(*)
+          from results r
+         where r.status = 'duplicate'
+         group by 1, 2, 3
     )
     select array_agg(r.id order by r.idx), array_agg(r.position order by r.idx),
            array_agg(r.status order by r.idx), min(r.idx) filter (where r.status = 'conflict')
@@ -325,6 +338,8 @@ begin
     return query select * from unnest(ids, positions, statuses);
 end;
 $$;
+
+drop function audit.store_events(jsonb, bigint);
 
 -- The owner and the privileges of 011 for what this migration creates.
 alter function audit.is_plain_rfc3339(text) owner to permaudit_owner;
