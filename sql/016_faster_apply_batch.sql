@@ -19,8 +19,14 @@
 --   through scratch tables. Attempts first seen in the batch skip the merge with a stored
 --   state; they are inserted plainly, in key order, and only known attempts are updated.
 -- * The permission state per (install, permission) is one DISTINCT ON over the batch (the
---   latest state event, else a notDetermined row), not three arrays per key; a key without a
---   state event is only inserted when new (no row lock on the stored one).
+--   latest state event, else a notDetermined row), not three arrays per key. Each key is probed
+--   once: new keys are inserted, stored ones updated only when the batch has a later state (a
+--   plain update, not an INSERT ... ON CONFLICT, which locks the stored row first).
+-- * Stored attempt states and permission states are read by one primary-key probe per touched
+--   key, whatever the number of stored rows (the joins of 006 could be planned as a hash of all
+--   of them: a cost growing with the projection, not the batch), and the rows to update are then
+--   reached by the address (ctid) the probe returned. Nothing else writes these tables while a
+--   batch holds the checkpoint row, so the address stays valid within the statement.
 -- * The late-event clock is read once per install in the batch (not once per event), and
 --   written only where it moves forward: new installs inserted, the others updated.
 -- * The state tables keep free space on each page (fillfactor), so that updating a row without
@@ -74,21 +80,21 @@ begin
     -- attributes the write path validated.
     create temporary table batch on commit drop as
     select e.position, e.transaction_id, e.stream_key, e.type, e.occurred_at, e.recorded_at, e.app, e.platform,
-                   e.os_major, e.app_version, e.attempt, e.permission, e.flow, e.payload->'experiments' as experiments,
-                   case when e.type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
-                        then substr(e.type, 12) end as outcome,
-                   case when e.type = 'permission.denied'
-                        then coalesce((e.payload->'attributes'->>'permanent')::boolean, false) else false end as permanent,
-                   case e.type when 'permission.prompted'
-                        then case when coalesce((e.payload->'attributes'->>'dialogShown')::boolean, true) then 3 else 1 end
-                        when 'prePermission.shown' then 4 when 'prePermission.accepted' then 8 when 'prePermission.declined' then 16
-                        when 'picker.opened' then 32 when 'picker.completed' then 64 else 0 end as kind,
-                   case when e.type = 'permission.statusObserved' then e.payload->'attributes'->>'status'
-                        when e.type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
-                        then substr(e.type, 12) end as state
-              from audit.events e
-             where (e.transaction_id, e.position) > (cp.transaction_id, cp.position)
-               and e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+           e.os_major, e.app_version, e.attempt, e.permission, e.flow, e.payload->'experiments' as experiments,
+           case when e.type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
+                then substr(e.type, 12) end as outcome,
+           case when e.type = 'permission.denied'
+                then coalesce((e.payload->'attributes'->>'permanent')::boolean, false) else false end as permanent,
+           case e.type when 'permission.prompted'
+                then case when coalesce((e.payload->'attributes'->>'dialogShown')::boolean, true) then 3 else 1 end
+                when 'prePermission.shown' then 4 when 'prePermission.accepted' then 8 when 'prePermission.declined' then 16
+                when 'picker.opened' then 32 when 'picker.completed' then 64 else 0 end as kind,
+           case when e.type = 'permission.statusObserved' then e.payload->'attributes'->>'status'
+                when e.type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
+                then substr(e.type, 12) end as state
+      from audit.events e
+     where (e.transaction_id, e.position) > (cp.transaction_id, cp.position)
+       and e.transaction_id < pg_snapshot_xmin(pg_current_snapshot())
      order by e.transaction_id, e.position
      limit batch_size;
     get diagnostics n_events = row_count;
@@ -147,17 +153,19 @@ begin
     --    one. 4. The new states are stored: new attempts inserted (in key order), known ones
     --    updated. One statement: the steps hand their rows on in memory, and every step reads
     --    projection.attempts as it was before the batch.
-    with old_states as materialized (
-        select a.* from projection.attempts a join touched t on t.app = a.app and t.attempt = a.attempt
+    with probed as materialized (
+        -- each touched attempt with its stored state and that row's address, if it has one: one
+        -- primary-key probe per attempt (LIMIT 1 keeps it a probe; as a join, the planner, which
+        -- cannot estimate the scratch table, hashed every stored state)
+        select t as batch_state, s.stored_state, s.stored_ctid
+          from touched t
+          left join lateral (select a as stored_state, a.ctid as stored_ctid from projection.attempts a
+                              where a.attempt = t.attempt and a.app = t.app limit 1) as s on true
+    ), old_states as materialized (
+        select (p.stored_state).* from probed p where p.stored_ctid is not null
     ), new_states as materialized (
         -- attempts first seen in this batch: their state is what the batch says
-        select t.app, t.attempt, t.stream_key, t.first_at, t.first_pos, t.platform, t.os_major, t.app_version,
-               t.permission, t.permission_at, t.permission_pos, t.flow, t.flow_at, t.flow_pos,
-               t.experiments, t.experiments_at, t.experiments_pos, t.outcome, t.outcome_at, t.outcome_pos, t.outcome_permanent,
-               t.prompted_dialog, t.prompted_any, t.pre_shown, t.pre_accepted, t.pre_declined, t.picker_opened,
-               t.picker_completed, false as existed
-          from touched t
-         where not exists (select from old_states o where o.app = t.app and o.attempt = t.attempt)
+        select (p.batch_state).*, null::tid as stored_ctid from probed p where p.stored_ctid is null
         union all
         -- attempts seen before: the batch's state merged into the stored one
         select t.app, t.attempt,
@@ -187,9 +195,11 @@ begin
                t.pre_declined or coalesce(o.pre_declined, false) as pre_declined,
                t.picker_opened or coalesce(o.picker_opened, false) as picker_opened,
                t.picker_completed or coalesce(o.picker_completed, false) as picker_completed,
-               true
-          from touched t
-          join old_states o on o.app = t.app and o.attempt = t.attempt
+               p.stored_ctid
+          from probed p
+         cross join lateral (select (p.batch_state).*) as t
+         cross join lateral (select (p.stored_state).*) as o
+         where p.stored_ctid is not null
     ), moves as materialized (
         select -1 as sign, (s.first_at at time zone 'UTC')::date as day, s.app, s.platform, s.os_major, s.app_version,
                s.permission, s.flow, s.experiments, s.outcome, s.outcome_permanent, s.prompted_dialog, s.pre_shown,
@@ -277,7 +287,7 @@ begin
                permission, permission_at, permission_pos, flow, flow_at, flow_pos, experiments, experiments_at, experiments_pos,
                outcome, outcome_at, outcome_pos, outcome_permanent, prompted_dialog, prompted_any, pre_shown, pre_accepted,
                pre_declined, picker_opened, picker_completed
-          from new_states where not existed
+          from new_states where stored_ctid is null
          order by attempt, app
     )
     update projection.attempts a set
@@ -291,27 +301,41 @@ begin
            prompted_any = n.prompted_any, pre_shown = n.pre_shown, pre_accepted = n.pre_accepted,
            pre_declined = n.pre_declined, picker_opened = n.picker_opened, picker_completed = n.picker_completed
       from new_states n
-     where n.existed and a.app = n.app and a.attempt = n.attempt;
+     where a.ctid = any (array(select m.stored_ctid from new_states m where m.stored_ctid is not null))
+       and a.ctid = n.stored_ctid;
 
     -- 5. Current permission state per (app, install, permission): the latest outcome or observed
     --    status by (occurred_at, position); notDetermined while there is none. The stream key
     --    names the install within its app.
     with states as materialized (
         select distinct on (b.stream_key, b.permission collate "C")
-               b.app, b.stream_key, b.permission, b.state, b.occurred_at as since, b.position as state_pos
+               b.app, b.stream_key, b.permission, b.state,
+               case when b.state is not null then b.occurred_at end as since,
+               case when b.state is not null then b.position end as state_pos
           from batch b
          where b.permission is not null
          order by b.stream_key, b.permission collate "C", b.state is not null desc, b.occurred_at desc, b.position desc
-    ), changed as (
-        insert into projection.permission_state as p (app, stream_key, permission, state, since, state_pos)
-        select app, stream_key, permission, state, since, state_pos from states where state is not null
-        on conflict (app, stream_key, permission) do update set
-               state = excluded.state, since = excluded.since, state_pos = excluded.state_pos
-         where p.since is null or (excluded.since, excluded.state_pos) > (p.since, p.state_pos)
+    ), stored as materialized (
+        -- one primary-key probe per key; apply_batch callers take turns on the checkpoint row,
+        -- so no other writer can add a key between this probe and the insert below
+        select s.*, p.since as stored_since, p.state_pos as stored_pos, p.ctid as stored_ctid
+          from states s
+          left join lateral (select p.ctid, p.since, p.state_pos from projection.permission_state p
+                              where p.app = s.app and p.stream_key = s.stream_key and p.permission = s.permission
+                              limit 1) as p on true
+    ), inserted as (
+        insert into projection.permission_state (app, stream_key, permission, state, since, state_pos)
+        select app, stream_key, permission, coalesce(state, 'notDetermined'), since, state_pos
+          from stored where stored_ctid is null
+    ), later as materialized (
+        select * from stored
+         where stored_ctid is not null and state is not null
+           and (stored_since is null or (since, state_pos) > (stored_since, stored_pos))
     )
-    insert into projection.permission_state (app, stream_key, permission, state)
-    select app, stream_key, permission, 'notDetermined' from states where state is null
-    on conflict (app, stream_key, permission) do nothing;
+    update projection.permission_state p
+       set state = s.state, since = s.since, state_pos = s.state_pos
+      from later s
+     where p.ctid = any (array(select l.stored_ctid from later l)) and p.ctid = s.stored_ctid;
 
     -- 6. Events per day, and the late ones: an event is late when an event of the same install
     --    that occurred after it is earlier in the log (it was delivered out of order). The
