@@ -114,7 +114,7 @@ public struct ProjectionBenchmark {
             rows: [
                 BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
                              note: "\(bytes / 1_048_576) MiB"),
-                BenchmarkRow(name: "projector catch-up (projection.apply_batch, 20000 per batch)", count: progress.events, seconds: projectSeconds,
+                BenchmarkRow(name: "projector catch-up (projection.apply_batch, \(projector.batchSize) per batch)", count: progress.events, seconds: projectSeconds,
                              note: "\(progress.batches) batches, \(progress.attempts) attempt updates"),
             ],
             headline: headline, clientPeakMiB: peakResidentMiB(), serverPeakMiB: serverPeak

@@ -12,7 +12,11 @@ import Postgres
 ///     let done = try projector.catchUp()
 public final class Projector {
     public let connection: Connection
-    public var batchSize = 20_000
+    /// Events per batch unless told otherwise: large enough that the per-batch work (one sort
+    /// per grouping, one visit per install and attempt) is shared by many events, small enough
+    /// that the server's memory per batch stays bounded (see BENCHMARKS.md).
+    public static let defaultBatchSize = 100_000
+    public var batchSize = Projector.defaultBatchSize
     /// The NOTIFY channel `audit.append_events` signals on.
     public static let channel = "permaudit_events"
     static let lockKey = "permaudit.projector"

@@ -24,7 +24,7 @@ enum ProjectCommand: Command {
     static let options = [
         ("--once", "Catch up and exit."), ("--follow", "Keep up continuously."),
         ("--rebuild", "Recompute from the start and switch atomically."), ("--status", "Show the checkpoint and the lag."),
-        ("--batch-size <n>", "Events per batch (default 20000)."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
+        ("--batch-size <n>", "Events per batch (default \(Projector.defaultBatchSize))."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
         ("--seal-every <seconds>", "With --follow: seal every so many seconds."),
         ("--key <file>", "Seal private key (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
         ("--wait", "Wait for a running projector instead of exiting."), databaseOption,
@@ -36,7 +36,7 @@ enum ProjectCommand: Command {
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
         let projector = Projector(connection: try openDatabase(arguments))
-        projector.batchSize = try arguments.int("--batch-size", default: 20_000, range: 1...1_000_000)
+        projector.batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
