@@ -26,7 +26,7 @@ let package = Package(
             providers: [.apt(["libssl-dev"])]
         ),
         .target(name: "Crypto", dependencies: ["CCrypto"]),
-        .target(name: "Compliance", dependencies: ["Crypto", "Postgres", "PermissionEvents"]),
+        .target(name: "Compliance", dependencies: ["Crypto", "EventLog", "Postgres", "PermissionEvents"]),
         .systemLibrary(
             name: "CMicroHTTPD",
             pkgConfig: "libmicrohttpd",

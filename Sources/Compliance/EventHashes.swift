@@ -1,4 +1,5 @@
 import Crypto
+import EventLog
 import Foundation
 import Postgres
 
@@ -34,17 +35,13 @@ public struct SealedLeaf: Equatable, Sendable {
     }
 }
 
-/// A point in committed order: (transaction id, position).
-public struct LogPoint: Comparable, Sendable, CustomStringConvertible {
-    public var transactionId: UInt64
-    public var position: Int64
-    public static let start = LogPoint(transactionId: 0, position: 0)
-    public init(transactionId: UInt64, position: Int64) {
-        self.transactionId = transactionId
-        self.position = position
-    }
-    public static func < (a: LogPoint, b: LogPoint) -> Bool { (a.transactionId, a.position) < (b.transactionId, b.position) }
-    public var description: String { "\(transactionId)/\(position)" }
+/// A point in committed order: (transaction id, position), the log reader's checkpoint.
+public typealias LogPoint = EventLog.Checkpoint
+
+extension EventLog.Checkpoint {
+    /// How seals and proofs write a point: "transactionId/position" (part of the signed seal
+    /// message, see docs/compliance.md).
+    public var sealNotation: String { "\(transactionId)/\(position)" }
 }
 
 /// The canonical form of an event, and reading the log's events with their leaf hashes.

@@ -49,7 +49,7 @@ public struct InclusionProof: Sendable {
             {"format":"permaudit.inclusion-proof","version":1,\
             "event":{"eventId":\(q(eventId.uuidString.lowercased())),"position":\(position),"canonical":\(q(canonical))},\
             "leafIndex":\(leafIndex),"path":[\(path.map { q(Hex.encode($0)) }.joined(separator: ","))],\
-            "seal":{"sealId":\(seal.id),"after":\(q(seal.after.description)),"through":\(q(seal.through.description)),\
+            "seal":{"sealId":\(seal.id),"after":\(q(seal.after.sealNotation)),"through":\(q(seal.through.sealNotation)),\
             "eventCount":\(seal.eventCount),"merkleRoot":\(q(Hex.encode(seal.merkleRoot))),\
             "previousHash":\(q(Hex.encode(seal.previousHash))),"sealedAt":\(seal.sealedAt),"keyFingerprint":\(q(seal.keyFingerprint)),\
             "sealHash":\(q(Hex.encode(seal.sealHash))),"signature":\(q(Hex.encode(seal.signature)))}}

@@ -24,8 +24,8 @@ public struct Seal: Sendable {
         Array("""
             permaudit-seal-v1
             seal_id=\(id)
-            after=\(after)
-            through=\(through)
+            after=\(after.sealNotation)
+            through=\(through.sealNotation)
             event_count=\(eventCount)
             merkle_root=\(Hex.encode(merkleRoot))
             previous_hash=\(Hex.encode(previousHash))

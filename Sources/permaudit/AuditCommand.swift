@@ -70,7 +70,7 @@ enum AuditCommand: Command {
                 try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
                 if seals.isEmpty { print("nothing to seal: every committed event is sealed") }
                 for seal in seals {
-                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after) through \(seal.through)), root \(Hex.encode(seal.merkleRoot))")
+                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot))")
                 }
                 return 0
             case ("verify", 0):
