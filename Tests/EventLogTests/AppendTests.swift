@@ -24,6 +24,23 @@ final class AppendTests: XCTestCase {
 
     func count() throws -> Int { try db.query("select count(*) from audit.events").scalar() }
 
+    /// Runs `body` for `writers` writers at once, each on its own connection with its own random
+    /// generator (seeded `seed + writer`); the errors they met.
+    func concurrentWriters(_ writers: Int, seed: UInt64,
+                           _ body: @escaping @Sendable (EventLog, inout RandomEvents.Generator) throws -> Void) -> [String] {
+        let url = self.url
+        let failures = LockedList()
+        DispatchQueue.concurrentPerform(iterations: writers) { writer in
+            do {
+                var generator = RandomEvents.Generator(seed: seed + UInt64(writer))
+                try body(EventLog(connection: try Connection(url: url)), &generator)
+            } catch {
+                failures.append("writer \(writer): \(error)")
+            }
+        }
+        return failures.items
+    }
+
     /// Streams whose versions are not exactly 0..n-1.
     func streamsWithGaps() throws -> Int {
         try db.query("""
@@ -171,22 +188,14 @@ final class AppendTests: XCTestCase {
         // 8 writers, each appending 20 batches of 25 events drawn from a shared pool of 300 ids
         // over 10 installs: every event stored once, every stream contiguous, no error surfaced.
         let pool = (0..<300).map { i in EventFixtures.event(id: UUID(), subject: "inst-\(i % 10)") }
-        let url = self.url
-        let failures = LockedList()
-        DispatchQueue.concurrentPerform(iterations: 8) { writer in
-            do {
-                let log = EventLog(connection: try Connection(url: url))
-                var generator = RandomEvents.Generator(seed: UInt64(writer + 1))
-                for _ in 0..<20 {
-                    let batch = (0..<25).map { _ in pool[Int.random(in: 0..<pool.count, using: &generator)] }
-                    _ = try log.append(batch)
-                }
-                _ = try log.append(pool)  // and finally everything, so all ids are stored
-            } catch {
-                failures.append("writer \(writer): \(error)")
+        let failures = concurrentWriters(8, seed: 1) { log, generator in
+            for _ in 0..<20 {
+                let batch = (0..<25).map { _ in pool[Int.random(in: 0..<pool.count, using: &generator)] }
+                _ = try log.append(batch)
             }
+            _ = try log.append(pool)  // and finally everything, so all ids are stored
         }
-        XCTAssertEqual(failures.items, [])
+        XCTAssertEqual(failures, [])
         XCTAssertEqual(try count(), 300)
         XCTAssertEqual(try streamsWithGaps(), 0)
         XCTAssertEqual(try db.query("select count(*) from audit.subject_streams s where not exists (select from audit.events e where e.stream_key = s.stream_key)").scalar(Int.self), 0)
@@ -196,19 +205,11 @@ final class AppendTests: XCTestCase {
         // The one-event path: 8 writers append single events from a pool of 120 over 4 installs
         // that do not exist yet, each id several times: stored once, streams contiguous, no error.
         let pool = (0..<120).map { i in EventFixtures.event(id: UUID(), subject: "solo-\(i % 4)") }
-        let url = self.url
-        let failures = LockedList()
-        DispatchQueue.concurrentPerform(iterations: 8) { writer in
-            do {
-                let log = EventLog(connection: try Connection(url: url))
-                var generator = RandomEvents.Generator(seed: UInt64(writer + 100))
-                for _ in 0..<60 { _ = try log.append([pool[Int.random(in: 0..<pool.count, using: &generator)]]) }
-                for event in pool { _ = try log.append([event]) }
-            } catch {
-                failures.append("writer \(writer): \(error)")
-            }
+        let failures = concurrentWriters(8, seed: 100) { log, generator in
+            for _ in 0..<60 { _ = try log.append([pool[Int.random(in: 0..<pool.count, using: &generator)]]) }
+            for event in pool { _ = try log.append([event]) }
         }
-        XCTAssertEqual(failures.items, [])
+        XCTAssertEqual(failures, [])
         XCTAssertEqual(try count(), 120)
         XCTAssertEqual(try db.query("select count(*) from audit.subject_streams").scalar(Int.self), 4)
         XCTAssertEqual(try streamsWithGaps(), 0)
