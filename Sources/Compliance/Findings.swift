@@ -104,10 +104,10 @@ public enum Findings {
 
         for (app, platform, permission, installs) in try db.query("""
             select s.app, case when s.permission like 'ios.%' then 'ios' else 'android' end, s.permission, count(*)::bigint
-              from analytics.permission_state s
+              from projection.permission_state s
              where ($1::text is null or s.app = $1) and s.state = 'limited'
                and not exists (select 1 from audit.events e
-                                where e.stream_key = s.subject and e.type = 'limitedSelection.changed'
+                                where e.stream_key = s.stream_key and e.type = 'limitedSelection.changed'
                                   and e.payload->'attributes'->>'trigger' = 'app')
              group by 1, 2, 3 order by 1, 2, 3
             """, [app]).decode((String, String, String, Int).self) {

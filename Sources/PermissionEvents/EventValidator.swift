@@ -72,7 +72,7 @@ public struct EventValidator: Sendable {
 
     private func check(_ value: JSONValue) throws(EventProblem) -> ValidatedEvent {
         guard case let .object(members) = value else { throw EventProblem(field: "event", rule: "must be a JSON object") }
-        if value.jsonbTextLength > Self.maxEventBytes {
+        if value.compactTextLength > Self.maxEventBytes {
             throw EventProblem(field: "event", rule: "must be at most 16 KiB of JSON")
         }
         // Unknown fields, reported in jsonb key order (shorter keys first) like the database does.

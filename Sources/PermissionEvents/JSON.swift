@@ -287,27 +287,50 @@ public struct JSONParser {
 }
 
 extension JSONValue {
-    /// Length in bytes of PostgreSQL's `jsonb::text` rendering of this value (", " and ": "
-    /// separators, duplicate keys dropped), so that the size rule gives the same answer here
-    /// and in the database.
-    public var jsonbTextLength: Int {
+    /// Length in bytes of this value written as compact JSON: no whitespace between tokens,
+    /// strings escaped as PostgreSQL's `jsonb` prints them, duplicate keys dropped (the last one
+    /// kept), numbers as PostgreSQL's `numeric` prints them (`2e3` as `2000`). The size rule
+    /// measures this here and in the database (`audit.compact_json_length`).
+    public var compactTextLength: Int {
         switch self {
         case .null: return 4
         case let .bool(b): return b ? 4 : 5
-        case let .number(text): return text.utf8.count
+        case let .number(text): return JSONValue.numericLength(text)
         case let .string(s): return JSONValue.quotedLength(s)
         case let .array(elements):
-            return 2 + elements.reduce(0) { $0 + $1.jsonbTextLength } + max(0, elements.count - 1) * 2
+            return 2 + elements.reduce(0) { $0 + $1.compactTextLength } + max(0, elements.count - 1)
         case let .object(members):
             var seen = Set<String>()
             var total = 2
             var count = 0
             for member in members.reversed() where seen.insert(member.key).inserted {
-                total += JSONValue.quotedLength(member.key) + 2 + member.value.jsonbTextLength
+                total += JSONValue.quotedLength(member.key) + 1 + member.value.compactTextLength
                 count += 1
             }
-            return total + max(0, count - 1) * 2
+            return total + max(0, count - 1)
         }
+    }
+
+    /// The length of `numeric`'s text for a JSON number: the integer digits without leading
+    /// zeros (at least one), and as many fraction digits as written less the exponent.
+    static func numericLength(_ text: String) -> Int {
+        let parts = text.split(whereSeparator: { $0 == "e" || $0 == "E" })
+        let exponent = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+        var mantissa = Substring(parts[0])
+        let negative = mantissa.hasPrefix("-")
+        if negative { mantissa = mantissa.dropFirst() }
+        let point = mantissa.firstIndex(of: ".")
+        let integerDigits = point.map { mantissa[..<$0].count } ?? mantissa.count
+        let fractionDigits = point.map { mantissa[$0...].count - 1 } ?? 0
+        let digits = Array(mantissa.utf8.filter { $0 != UInt8(ascii: ".") })
+        let scale = max(0, fractionDigits - exponent)
+        let pointAt = integerDigits + exponent  // digits before the decimal point
+        var integerLength = 1
+        if let firstNonZero = digits.firstIndex(where: { $0 != UInt8(ascii: "0") }), firstNonZero < pointAt {
+            integerLength = pointAt - firstNonZero
+        }
+        let isZero = !digits.contains { $0 != UInt8(ascii: "0") }
+        return (negative && !isZero ? 1 : 0) + integerLength + (scale > 0 ? 1 + scale : 0)
     }
 
     static func quotedLength(_ s: String) -> Int {

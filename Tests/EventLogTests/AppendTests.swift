@@ -125,6 +125,38 @@ final class AppendTests: XCTestCase {
         }
     }
 
+    /// "At most 16 KiB of JSON", measured as compact JSON: 16,384 bytes pass, 16,385 do not, in the
+    /// Swift validator, in the database's rule walk and through the write path alike.
+    func testTheSizeLimitIsSixteenKiBOfCompactJSON() throws {
+        func event(bytes: Int) -> String {
+            let base = EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"note\":\"\"}"])
+            return EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"note\":\"\(String(repeating: "x", count: bytes - base.utf8.count))\"}"])
+        }
+        for (bytes, valid) in [(16_384, true), (16_385, false)] {
+            let json = event(bytes: bytes)
+            XCTAssertEqual(json.utf8.count, bytes)
+            let swift = EventValidator().validate(line: json)
+            let sql = try db.query("select audit.event_problem($1::jsonb)", [json]).scalar(String?.self)
+            if valid {
+                if case let .failure(problem) = swift { XCTFail("\(bytes) bytes: Swift refused: \(problem)") }
+                XCTAssertNil(sql, "\(bytes) bytes")
+                XCTAssertEqual(try log.append([json]).first?.status, .appended)
+            } else {
+                guard case let .failure(problem) = swift else { XCTFail("\(bytes) bytes: Swift accepted"); continue }
+                XCTAssertEqual(problem.description, "event: must be at most 16 KiB of JSON")
+                XCTAssertEqual(sql, problem.description)
+                XCTAssertThrowsError(try log.append([json]))
+            }
+        }
+        // The same length in both, for values with nesting, empty containers, escapes, non-ASCII
+        // text, repeated keys and numbers in every notation, written with and without whitespace.
+        for text in ["{}", "[]", "{\"a\": [1, [2, {}], []], \"b\": {\"c\": null}}", "{\"s\": \"t\\\"ab\\u0001\\n é 😀\"}",
+                     " { \"k\" : 1 , \"k\" : [ true , false ] } ", "[{\"x\":{\"y\":{\"z\":[1.50,-2e3,0.001e2,100e-2,-0,1.0E+2,-1e-2]}}}]"] {
+            let swift = try JSONParser.parse(text).compactTextLength
+            XCTAssertEqual(try db.query("select audit.compact_json_length($1::jsonb)", [text]).scalar(), swift, text)
+        }
+    }
+
     func testMalformedInputToTheWritePath() throws {
         XCTAssertThrowsError(try log.append(jsonArray: "{\"not\":\"an array\"}")) { error in
             XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)

@@ -82,9 +82,9 @@ final class EventValidatorTests: XCTestCase {
         XCTAssertEqual(event.experiments, ["priming-2026": "treatment"])
     }
 
-    func testJsonbTextLengthMatchesPostgresRendering() throws {
-        // jsonb::text of {"a": [1, 2], "b": {"c": "x\"y"}} as PostgreSQL prints it.
-        let value = try JSONParser.parse("{\"b\":{\"c\":\"x\\\"y\"},\"a\":[1,2]}")
-        XCTAssertEqual(value.jsonbTextLength, "{\"a\": [1, 2], \"b\": {\"c\": \"x\\\"y\"}}".utf8.count)
+    func testCompactTextLengthIgnoresWhitespaceAndDroppedKeys() throws {
+        // Written with spaces and a repeated key; compact, as jsonb keeps it: {"a":[1,2,3],"b":{"c":"x\"y","d":[],"e":{}}}
+        let value = try JSONParser.parse(" { \"b\" : {\"c\":\"x\\\"y\", \"d\": [ ], \"e\": { } }, \"a\":[1, 2], \"a\": [1,2,3] } ")
+        XCTAssertEqual(value.compactTextLength, "{\"a\":[1,2,3],\"b\":{\"c\":\"x\\\"y\",\"d\":[],\"e\":{}}}".utf8.count)
     }
 }

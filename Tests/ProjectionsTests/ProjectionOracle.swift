@@ -111,16 +111,17 @@ enum ProjectionOracle {
         """
 
     static let permissionState = """
-        select distinct on (app, stream_key, permission) app, stream_key as subject, permission,
-               case when type = 'permission.statusObserved' then payload->'attributes'->>'status'
-                    when type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted') then substr(type, 12)
+        select distinct on (e.app, e.stream_key, e.permission) e.app, s.subject, e.permission,
+               case when e.type = 'permission.statusObserved' then e.payload->'attributes'->>'status'
+                    when e.type in ('permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted') then substr(e.type, 12)
                     else 'notDetermined' end as state,
-               case when type in ('permission.statusObserved', 'permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
-                    then occurred_at end as since
-          from audit.events where permission is not null
-         order by app, stream_key, permission,
-               type in ('permission.statusObserved', 'permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted') desc,
-               occurred_at desc, position desc
+               case when e.type in ('permission.statusObserved', 'permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted')
+                    then e.occurred_at end as since
+          from audit.events e join audit.subject_streams s on s.stream_key = e.stream_key
+         where e.permission is not null
+         order by e.app, e.stream_key, e.permission,
+               e.type in ('permission.statusObserved', 'permission.granted', 'permission.limited', 'permission.denied', 'permission.restricted') desc,
+               e.occurred_at desc, e.position desc
         """
 
     /// Rows that differ between each view and its recomputation (empty when all agree).
