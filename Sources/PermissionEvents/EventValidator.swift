@@ -81,9 +81,6 @@ public struct EventValidator: Sendable {
             throw EventProblem(field: first, rule: "unknown field")
         }
         try noNulCharacters(value, path: "")
-        if let path = Self.firstOutOfRangeNumber(value, path: "") {
-            throw EventProblem(field: path, rule: "number out of range")
-        }
 
         let eventId = try uuid(value, "eventId", required: true)!
         guard let type = EventType(rawValue: try string(value, "type")) else {
@@ -267,16 +264,6 @@ public struct EventValidator: Sendable {
     }
 
     /// The path of the first number that does not fit a double (PostgreSQL would refuse it).
-    static func firstOutOfRangeNumber(_ value: JSONValue, path: String) -> String? {
-        switch value {
-        case let .number(text): return (Double(text)?.isFinite ?? false) ? nil : (path.isEmpty ? "event" : path)
-        case let .array(elements): return elements.lazy.compactMap { firstOutOfRangeNumber($0, path: path) }.first
-        case let .object(members):
-            return members.lazy.compactMap { firstOutOfRangeNumber($0.value, path: path.isEmpty ? $0.key : "\(path).\($0.key)") }.first
-        default: return nil
-        }
-    }
-
     // MARK: Lexical rules
 
     /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.

@@ -312,10 +312,11 @@ extension JSONValue {
     }
 
     /// The length of `numeric`'s text for a JSON number: the integer digits without leading
-    /// zeros (at least one), and as many fraction digits as written less the exponent.
+    /// zeros (at least one), and as many fraction digits as written less the exponent. A number
+    /// beyond `numeric`'s range prints longer than any event may be.
     static func numericLength(_ text: String) -> Int {
         let parts = text.split(whereSeparator: { $0 == "e" || $0 == "E" })
-        let exponent = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) < 1_000_000_000 else { return Int(Int32.max) }
         var mantissa = Substring(parts[0])
         let negative = mantissa.hasPrefix("-")
         if negative { mantissa = mantissa.dropFirst() }

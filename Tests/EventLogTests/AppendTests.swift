@@ -148,6 +148,16 @@ final class AppendTests: XCTestCase {
                 XCTAssertThrowsError(try log.append([json]))
             }
         }
+        // Numbers as numeric prints them: 1e400 is stored (401 digits), 1e20000 is over the limit.
+        for (number, problem) in [("1e400", nil), ("1e20000", "event: must be at most 16 KiB of JSON")] {
+            let json = EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"big\":\(number)}"])
+            let swift: String? = switch EventValidator().validate(line: json) {
+            case .success: nil
+            case let .failure(refusal): refusal.description
+            }
+            XCTAssertEqual(swift, problem, number)
+            XCTAssertEqual(try db.query("select audit.event_problem($1::jsonb)", [json]).scalar(String?.self), problem, number)
+        }
         // The same length in both, for values with nesting, empty containers, escapes, non-ASCII
         // text, repeated keys and numbers in every notation, written with and without whitespace.
         for text in ["{}", "[]", "{\"a\": [1, [2, {}], []], \"b\": {\"c\": null}}", "{\"s\": \"t\\\"ab\\u0001\\n é 😀\"}",
