@@ -1,4 +1,4 @@
--- 017: three corrections to the contract (domain.md), and a cheaper duplicate check.
+-- 017: corrections to the contract (domain.md), and a cheaper duplicate check.
 --
 -- 1. The size rule: "An event is at most 16 KiB of JSON". 002 measured PostgreSQL's jsonb text
 --    rendering, which puts a space after every ':' and ',', so a compact event of exactly
@@ -10,7 +10,11 @@
 -- 2. analytics.permission_state: one row per "app, subject (as stored), permission". 007 showed
 --    the stream key under the name subject; the view now shows the subject as the client sent it
 --    and the link table stores it. An erased install has no link, so its rows leave the view.
--- 3. audit.stored_copy is PL/pgSQL instead of SQL. A SQL function with subqueries is not inlined:
+-- 3. osVersion: the contract gives examples (17.4.1, 14) and one rule, osMajor = the integer
+--    before the first '.'. 002 also wanted digits and dots only, at most 32 characters, and so
+--    refused 17.4.1-beta. Now: 1-64 characters (as appVersion), starting with the major version
+--    (1-9 digits, what os_major holds) followed by a dot or the end.
+-- 4. audit.stored_copy is PL/pgSQL instead of SQL. A SQL function with subqueries is not inlined:
 --    each transaction that called it from the one-event path parsed and planned its body again
 --    (about 0.15 ms of a 0.8 ms append, measured with pgbench); PL/pgSQL keeps the plan for the
 --    session.
@@ -147,11 +151,9 @@ begin
 
     if not e ? 'osVersion' then return 'osVersion: is required'; end if;
     if jsonb_typeof(e->'osVersion') <> 'string' then return 'osVersion: must be a string'; end if;
-    if char_length(e->>'osVersion') not between 1 and 32 then return 'osVersion: must be 1-32 characters'; end if;
-    if translate(e->>'osVersion', '0123456789', '') <> repeat('.', length(translate(e->>'osVersion', '0123456789', '')))
-       or e->>'osVersion' like '.%' or e->>'osVersion' like '%.' or strpos(e->>'osVersion', '..') > 0
-       or length(split_part(e->>'osVersion', '.', 1)) > 9 then
-        return 'osVersion: must match digits separated by dots, e.g. 17.4.1';
+    if char_length(e->>'osVersion') not between 1 and 64 then return 'osVersion: must be 1-64 characters'; end if;
+    if not e->>'osVersion' ~ '^[0-9]{1,9}(\.|$)' then
+        return 'osVersion: must match a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14';
     end if;
 
     if not e ? 'appVersion' then return 'appVersion: is required'; end if;
@@ -274,7 +276,7 @@ select p.app, s.subject, p.permission, p.state, p.since
 comment on view analytics.permission_state is
     'Current state per app, install (subject as sent and stored in the link table; erased installs have no row) and permission.';
 
--- 3.
+-- 4.
 create or replace function audit.stored_copy(e jsonb)
 returns boolean
 language plpgsql stable parallel safe

@@ -95,7 +95,8 @@ public struct EventValidator: Sendable {
         guard let platform = Platform(rawValue: try string(value, "platform")) else {
             throw EventProblem(field: "platform", rule: "must be \"ios\" or \"android\"")
         }
-        let osVersion = try string(value, "osVersion", length: 1...32, pattern: Self.isVersionNumber, patternRule: "digits separated by dots, e.g. 17.4.1")
+        let osVersion = try string(value, "osVersion", length: 1...64, pattern: Self.startsWithMajorVersion,
+                                   patternRule: "a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14")
         let osMajor = Int(osVersion.prefix { $0 != "." }.prefix(9))!
         let appVersion = try string(value, "appVersion", length: 1...64)
 
@@ -278,10 +279,10 @@ public struct EventValidator: Sendable {
         }
     }
 
-    static func isVersionNumber(_ text: String) -> Bool {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.allSatisfy { !$0.isEmpty && $0.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
-            && parts[0].count <= 9
+    /// osMajor is the integer before the first '.': 1-9 digits, then '.' or the end.
+    static func startsWithMajorVersion(_ text: String) -> Bool {
+        let major = text.utf8.prefix { $0 != UInt8(ascii: ".") }
+        return (1...9).contains(major.count) && major.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
     }
 
     static func isUUID(_ text: String) -> Bool {

@@ -123,6 +123,18 @@ final class AppendTests: XCTestCase {
         for type in EventType.allCases {
             XCTAssertNil(try db.query("select audit.event_problem($1::jsonb)", [EventFixtures.event(type: type.rawValue)]).scalar(String?.self), type.rawValue)
         }
+        // osVersion: osMajor is the integer before the first '.', whatever follows it.
+        let badVersion = "osVersion: must match a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14"
+        for (version, problem) in [("17.4.1-beta", nil), ("17.4.1 (21E236)", nil), ("14", nil), ("17.", nil), ("14 beta", badVersion),
+                                   (".5", badVersion), ("1234567890.1", badVersion), ("", "osVersion: must be 1-64 characters")] {
+            let json = EventFixtures.event(overrides: ["osVersion": "\"\(version)\""])
+            let swift: String? = switch validator.validate(line: json) {
+            case .success: nil
+            case let .failure(refusal): refusal.description
+            }
+            XCTAssertEqual(swift, problem, version)
+            XCTAssertEqual(try db.query("select audit.event_problem($1::jsonb)", [json]).scalar(String?.self), problem, version)
+        }
     }
 
     /// "At most 16 KiB of JSON", measured as compact JSON: 16,384 bytes pass, 16,385 do not, in the

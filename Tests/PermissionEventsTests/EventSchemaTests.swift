@@ -32,7 +32,7 @@ final class EventSchemaTests: XCTestCase {
 
     func testLengthLimitsMatch() throws {
         let properties = try schema()["properties"]
-        let limits: [(String, Int, Int)] = [("app", 1, 255), ("subject", 1, 128), ("appVersion", 1, 64), ("flow", 1, 64), ("osVersion", 1, 32)]
+        let limits: [(String, Int, Int)] = [("app", 1, 255), ("subject", 1, 128), ("appVersion", 1, 64), ("flow", 1, 64), ("osVersion", 1, 64)]
         for (field, minimum, maximum) in limits {
             XCTAssertEqual(properties?[field]?["minLength"], .number(String(minimum)), field)
             XCTAssertEqual(properties?[field]?["maxLength"], .number(String(maximum)), field)
