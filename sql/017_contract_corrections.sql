@@ -33,7 +33,7 @@ as $$
                         where jsonb_typeof(v) in ('object', 'array')), 0)
 $$;
 
--- 1.
+-- 1. and 3.: 002's rule walk with those two rules changed.
 create or replace function audit.event_problem(e jsonb, server_time timestamptz default now())
 returns text
 language plpgsql stable parallel safe

@@ -97,7 +97,7 @@ public struct EventValidator: Sendable {
         }
         let osVersion = try string(value, "osVersion", length: 1...64, pattern: Self.startsWithMajorVersion,
                                    patternRule: "a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14")
-        let osMajor = Int(osVersion.prefix { $0 != "." }.prefix(9))!
+        let osMajor = Int(osVersion.prefix { $0 != "." })!
         let appVersion = try string(value, "appVersion", length: 1...64)
 
         let attempt = try uuid(value, "attempt", presence: type.attempt, type: type)
@@ -264,7 +264,6 @@ public struct EventValidator: Sendable {
         }
     }
 
-    /// The path of the first number that does not fit a double (PostgreSQL would refuse it).
     // MARK: Lexical rules
 
     /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.
