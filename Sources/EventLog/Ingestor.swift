@@ -242,7 +242,7 @@ public struct RejectedGroup: Hashable, Sendable {
 /// Reads lines from a file or standard input in fixed-size chunks. Lines longer than
 /// `maxLineBytes` are truncated (and then rejected by the caller), so memory stays bounded.
 final class LineReader {
-    static let maxLineBytes = 64 * 1024
+    static let maxLineBytes = EventValidator.maxLineBytes  // well below the 1 MiB buffer
     private let fd: Int32
     private let ownsDescriptor: Bool
     private var buffer = [UInt8](repeating: 0, count: 1 << 20)

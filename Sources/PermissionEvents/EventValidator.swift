@@ -35,6 +35,9 @@ public struct ValidatedEvent: Sendable {
 /// `audit.event_problem(jsonb)` enforces the same rules in the same order.
 public struct EventValidator: Sendable {
     public static let maxEventBytes = 16 * 1024
+    /// Longer lines are refused without parsing: even written with every character as a
+    /// `\uXXXX` escape, an event of 16 KiB of compact JSON is shorter.
+    public static let maxLineBytes = 16 * maxEventBytes
     public static let maxFutureSkew: TimeInterval = 24 * 3600
     public static let topLevelFields: Set<String> = [
         "eventId", "type", "occurredAt", "app", "subject", "platform", "osVersion", "appVersion",
@@ -49,7 +52,7 @@ public struct EventValidator: Sendable {
     /// Parses and validates one line of NDJSON.
     public func validate(line: String) -> Result<ValidatedEvent, EventProblem> {
         // A line far over the size limit is refused before parsing.
-        if line.utf8.count > 4 * Self.maxEventBytes {
+        if line.utf8.count > Self.maxLineBytes {
             return .failure(EventProblem(field: "event", rule: "must be at most 16 KiB of JSON"))
         }
         let value: JSONValue
@@ -97,7 +100,7 @@ public struct EventValidator: Sendable {
         }
         let osVersion = try string(value, "osVersion", length: 1...64, pattern: Self.startsWithMajorVersion,
                                    patternRule: "a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14")
-        let osMajor = Int(osVersion.prefix { $0 != "." })!
+        let osMajor = Int(String(decoding: osVersion.utf8.prefix { $0 != UInt8(ascii: ".") }, as: UTF8.self))!
         let appVersion = try string(value, "appVersion", length: 1...64)
 
         let attempt = try uuid(value, "attempt", presence: type.attempt, type: type)

@@ -300,10 +300,10 @@ extension JSONValue {
         case let .array(elements):
             return 2 + elements.reduce(0) { $0 + $1.compactTextLength } + max(0, elements.count - 1)
         case let .object(members):
-            var seen = Set<String>()
+            var seen = Set<[UInt8]>()  // jsonb compares keys byte by byte, not as Swift strings
             var total = 2
             var count = 0
-            for member in members.reversed() where seen.insert(member.key).inserted {
+            for member in members.reversed() where seen.insert(Array(member.key.utf8)).inserted {
                 total += JSONValue.quotedLength(member.key) + 1 + member.value.compactTextLength
                 count += 1
             }
@@ -312,11 +312,11 @@ extension JSONValue {
     }
 
     /// The length of `numeric`'s text for a JSON number: the integer digits without leading
-    /// zeros (at least one), and as many fraction digits as written less the exponent. A number
-    /// beyond `numeric`'s range prints longer than any event may be.
+    /// zeros (at least one), and as many fraction digits as written less the exponent. An exponent
+    /// that `numeric` refuses (beyond ±1,073,741,823) counts as longer than any event may be.
     static func numericLength(_ text: String) -> Int {
         let parts = text.split(whereSeparator: { $0 == "e" || $0 == "E" })
-        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) < 1_000_000_000 else { return Int(Int32.max) }
+        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) <= 1_073_741_823 else { return Int(Int32.max) }
         var mantissa = Substring(parts[0])
         let negative = mantissa.hasPrefix("-")
         if negative { mantissa = mantissa.dropFirst() }

@@ -125,7 +125,7 @@ final class AppendTests: XCTestCase {
         }
         // osVersion: osMajor is the integer before the first '.', whatever follows it.
         let badVersion = "osVersion: must match a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14"
-        for (version, problem) in [("17.4.1-beta", nil), ("17.4.1 (21E236)", nil), ("14", nil), ("17.", nil), ("14 beta", badVersion),
+        for (version, problem) in [("17.4.1-beta", nil), ("17.4.1 (21E236)", nil), ("14", nil), ("17.", nil), ("1.\u{0301}", nil), ("14 beta", badVersion),
                                    (".5", badVersion), ("1234567890.1", badVersion), ("", "osVersion: must be 1-64 characters")] {
             let json = EventFixtures.event(overrides: ["osVersion": "\"\(version)\""])
             let swift: String? = switch validator.validate(line: json) {
@@ -171,9 +171,11 @@ final class AppendTests: XCTestCase {
             XCTAssertEqual(try db.query("select audit.event_problem($1::jsonb)", [json]).scalar(String?.self), problem, number)
         }
         // The same length in both, for values with nesting, empty containers, escapes, non-ASCII
-        // text, repeated keys and numbers in every notation, written with and without whitespace.
+        // text, repeated keys (compared as bytes, as jsonb does: é and e + U+0301 are two keys)
+        // and numbers in every notation, written with and without whitespace.
         for text in ["{}", "[]", "{\"a\": [1, [2, {}], []], \"b\": {\"c\": null}}", "{\"s\": \"t\\\"ab\\u0001\\n é 😀\"}",
-                     " { \"k\" : 1 , \"k\" : [ true , false ] } ", "[{\"x\":{\"y\":{\"z\":[1.50,-2e3,0.001e2,100e-2,-0,1.0E+2,-1e-2]}}}]"] {
+                     " { \"k\" : 1 , \"k\" : [ true , false ] } ", "[{\"x\":{\"y\":{\"z\":[1.50,-2e3,0.001e2,100e-2,-0,1.0E+2,-1e-2,0e1000000000,0e-16383]}}}]",
+                     "{\"\u{E9}\": 1, \"e\u{301}\": 2}"] {
             let swift = try JSONParser.parse(text).compactTextLength
             XCTAssertEqual(try db.query("select audit.compact_json_length($1::jsonb)", [text]).scalar(), swift, text)
         }
