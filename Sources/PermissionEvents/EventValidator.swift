@@ -98,9 +98,9 @@ public struct EventValidator: Sendable {
         guard let platform = Platform(rawValue: try string(value, "platform")) else {
             throw EventProblem(field: "platform", rule: "must be \"ios\" or \"android\"")
         }
-        let osVersion = try string(value, "osVersion", length: 1...64, pattern: Self.startsWithMajorVersion,
+        let osVersion = try string(value, "osVersion", length: 1...64, pattern: { Self.majorVersion($0) != nil },
                                    patternRule: "a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14")
-        let osMajor = Int(String(decoding: osVersion.utf8.prefix { $0 != UInt8(ascii: ".") }, as: UTF8.self))!
+        let osMajor = Self.majorVersion(osVersion)!
         let appVersion = try string(value, "appVersion", length: 1...64)
 
         let attempt = try uuid(value, "attempt", presence: type.attempt, type: type)
@@ -281,10 +281,12 @@ public struct EventValidator: Sendable {
         }
     }
 
-    /// osMajor is the integer before the first '.': 1-9 digits, then '.' or the end.
-    static func startsWithMajorVersion(_ text: String) -> Bool {
+    /// osMajor: the integer before the first '.' (1-9 digits, then '.' or the end), read from the
+    /// bytes; nil when the text does not start that way.
+    static func majorVersion(_ text: String) -> Int? {
         let major = text.utf8.prefix { $0 != UInt8(ascii: ".") }
-        return (1...9).contains(major.count) && major.allSatisfy { $0 >= 0x30 && $0 <= 0x39 }
+        guard (1...9).contains(major.count), major.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return major.reduce(0) { $0 * 10 + Int($1 - 0x30) }
     }
 
     static func isUUID(_ text: String) -> Bool {

@@ -326,12 +326,9 @@ extension JSONValue {
         let digits = Array(mantissa.utf8.filter { $0 != UInt8(ascii: ".") })
         let scale = max(0, fractionDigits - exponent)
         let pointAt = integerDigits + exponent  // digits before the decimal point
-        var integerLength = 1
-        if let firstNonZero = digits.firstIndex(where: { $0 != UInt8(ascii: "0") }), firstNonZero < pointAt {
-            integerLength = pointAt - firstNonZero
-        }
-        let isZero = !digits.contains { $0 != UInt8(ascii: "0") }
-        return (negative && !isZero ? 1 : 0) + integerLength + (scale > 0 ? 1 + scale : 0)
+        let firstNonZero = digits.firstIndex { $0 != UInt8(ascii: "0") }  // nil for zero, printed unsigned
+        let integerLength = firstNonZero.map { $0 < pointAt ? pointAt - $0 : 1 } ?? 1
+        return (negative && firstNonZero != nil ? 1 : 0) + integerLength + (scale > 0 ? 1 + scale : 0)
     }
 
     static func quotedLength(_ s: String) -> Int {
