@@ -81,3 +81,13 @@ public enum EventFixtures {
         ]
     }
 }
+
+extension EventValidator {
+    /// The refusal of `line` as the write path words it ("field: rule"), nil when it is valid.
+    public func problem(line: String) -> String? {
+        switch validate(line: line) {
+        case .success: nil
+        case let .failure(refusal): refusal.description
+        }
+    }
+}
