@@ -12,10 +12,12 @@ import Projections
 public struct ProjectionBenchmark {
     public var events: Int
     public var sqlDirectory: URL
+    public var batchSize: Int
 
-    public init(events: Int, sqlDirectory: URL) {
+    public init(events: Int, sqlDirectory: URL, batchSize: Int = Projector.defaultBatchSize) {
         self.events = events
         self.sqlDirectory = sqlDirectory
+        self.batchSize = batchSize
     }
 
     static let headlineFromViews = [
@@ -96,6 +98,7 @@ public struct ProjectionBenchmark {
 
         context.log("projector catch-up")
         let projector = Projector(connection: try Connection(url: url))
+        projector.batchSize = batchSize
         let backend = projector.connection.backendPID
         var progress = Projector.Progress()
         let projectSeconds = try measure { progress = try projector.catchUp() }

@@ -3,11 +3,12 @@ import Dashboards
 import EventLog
 import Foundation
 import Postgres
+import Projections
 
 enum BenchCommand: Command {
     static let name = "bench"
     static let abstract = "Measure PermissionAudit against the physical reference (raw COPY, plain INSERT, plain SELECT)."
-    static let usage = "permaudit bench ingest|append|project|report|dashboards|audit|serve [--events <n>] [--database-url <url>]"
+    static let usage = "permaudit bench ingest|append|project|report|dashboards|audit|serve [--events <n>] [--batch-size <n>] [--database-url <url>]"
     static let discussion = """
         Each benchmark runs its reference and PermissionAudit side by side, in one run on one
         server, in scratch databases it creates and drops, and prints a Markdown table with the
@@ -18,7 +19,8 @@ enum BenchCommand: Command {
                    a plain one-row INSERT per transaction (--events per connection, default 2000)
           project  projector catch-up over --events events (default 1000000) vs a plain COPY of
                    the same rows out of the log; projector memory; the three headline questions
-                   from the views vs ad-hoc SQL over the raw log
+                   from the views vs ad-hoc SQL over the raw log (--batch-size: events per
+                   projector batch, default \(Projector.defaultBatchSize))
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
           dashboards
@@ -32,12 +34,16 @@ enum BenchCommand: Command {
                    EventLog.append on as many database connections; events/s, p50 and p99
                    (--events per row, default 100000)
         """
-    static let options = [("--events <n>", "Number of events (see above)."), databaseOption]
-    static let valueOptions: Set<String> = ["--events", "--database-url"]
+    static let options = [("--events <n>", "Number of events (see above)."),
+                          ("--batch-size <n>", "Events per projector batch, for 'project' (default \(Projector.defaultBatchSize))."), databaseOption]
+    static let valueOptions: Set<String> = ["--events", "--batch-size", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count == 1, let which = arguments.positionals.first else {
             throw UsageError(message: "expected one benchmark: ingest, append, project, report, dashboards, audit or serve", usage: usage)
+        }
+        if which != "project", arguments.value("--batch-size") != nil {
+            throw UsageError(message: "--batch-size applies only to 'bench project'", usage: usage)
         }
         let url = try Database.resolveURL(arguments.value("--database-url"))
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
@@ -55,7 +61,8 @@ enum BenchCommand: Command {
             reference = rows[0].name
         case "project":
             let events = try arguments.int("--events", default: 1_000_000)
-            let result = try ProjectionBenchmark(events: events, sqlDirectory: sql).run(context)
+            let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
+            let result = try ProjectionBenchmark(events: events, sqlDirectory: sql, batchSize: batchSize).run(context)
             rows = result.rows
             reference = rows[0].name
             print("permaudit bench project, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
