@@ -120,18 +120,7 @@ public final class Ingestor {
     }
 
     private func validate(_ bytes: [UInt8], _ validator: EventValidator) -> Result<String, EventProblem> {
-        let value: JSONValue
-        let parsed: Result<JSONValue, JSONSyntaxError> = bytes.withUnsafeBufferPointer { buffer in
-            do { return .success(try JSONParser.parse(bytes: buffer)) } catch { return .failure(error as! JSONSyntaxError) }
-        }
-        switch parsed {
-        case let .success(parsedValue): value = parsedValue
-        case let .failure(error): return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
-        }
-        switch validator.validate(value) {
-        case .success: return .success(String(decoding: bytes, as: UTF8.self))
-        case let .failure(problem): return .failure(problem)
-        }
+        validator.validate(bytes: bytes).map { _ in String(decoding: bytes, as: UTF8.self) }
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {

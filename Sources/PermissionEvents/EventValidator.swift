@@ -51,17 +51,22 @@ public struct EventValidator: Sendable {
 
     /// Parses and validates one line of NDJSON.
     public func validate(line: String) -> Result<ValidatedEvent, EventProblem> {
+        validate(bytes: Array(line.utf8))
+    }
+
+    /// Parses and validates one line of NDJSON as the client sent it: bytes that are not valid
+    /// UTF-8 are malformed JSON (a `String` would already have replaced them with U+FFFD).
+    public func validate(bytes: [UInt8]) -> Result<ValidatedEvent, EventProblem> {
         // A line far over the size limit is refused before parsing.
-        if line.utf8.count > Self.maxLineBytes {
+        if bytes.count > Self.maxLineBytes {
             return .failure(EventProblem(field: "event", rule: "must be at most 16 KiB of JSON"))
         }
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(line)
-        } catch {
-            return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
+        let parsed: Result<JSONValue, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
+            do { return .success(try JSONParser.parse(bytes: buffer)) } catch {
+                return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
+            }
         }
-        return validate(value)
+        return parsed.flatMap(validate)
     }
 
     /// Validates a parsed event.
@@ -81,7 +86,7 @@ public struct EventValidator: Sendable {
         // Unknown fields, reported in jsonb key order (shorter keys first) like the database does.
         let unknown = members.map(\.key).filter { !Self.topLevelFields.contains($0) }
         if let first = unknown.min(by: Self.jsonbKeyOrder) {
-            throw EventProblem(field: first, rule: "unknown field")
+            throw EventProblem(field: Self.keyInMessage(first), rule: "unknown field")
         }
         try noNulCharacters(value, path: "")
 
@@ -207,10 +212,10 @@ public struct EventValidator: Sendable {
                 throw EventProblem(field: "experiments", rule: "keys must be 1-64 characters")
             }
             guard case let .string(variant) = member.value else {
-                throw EventProblem(field: "experiments.\(member.key)", rule: "must be a string")
+                throw EventProblem(field: "experiments.\(Self.keyInMessage(member.key))", rule: "must be a string")
             }
             guard (1...64).contains(variant.unicodeScalars.count) else {
-                throw EventProblem(field: "experiments.\(member.key)", rule: "must be 1-64 characters")
+                throw EventProblem(field: "experiments.\(Self.keyInMessage(member.key))", rule: "must be 1-64 characters")
             }
             result[member.key] = variant
         }
@@ -270,6 +275,15 @@ public struct EventValidator: Sendable {
     // MARK: Lexical rules
 
     /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.
+    /// How an error names a key the client chose: as written when it is 1-64 printable ASCII
+    /// characters, else by its length only, so that an error line never carries a line break, an
+    /// escape sequence or a long copy of the payload (as `audit.key_in_message`, migration 018).
+    public static func keyInMessage(_ key: String) -> String {
+        let scalars = key.unicodeScalars
+        if (1...64).contains(scalars.count), scalars.allSatisfy({ (0x20...0x7E).contains($0.value) }) { return key }
+        return "<\(scalars.count)-character key>"
+    }
+
     public static func jsonbKeyOrder(_ a: String, _ b: String) -> Bool {
         let (la, lb) = (a.utf8.count, b.utf8.count)
         return la != lb ? la < lb : a.utf8.lexicographicallyPrecedes(b.utf8)

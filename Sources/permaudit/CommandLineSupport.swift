@@ -152,3 +152,15 @@ final class OutputBuffer {
 }
 
 let databaseOption = ("--database-url <url>", "PostgreSQL URL (default: $DATABASE_URL, else the embedded cluster in $PERMAUDIT_HOME).")
+
+/// The bytes the shell passed for the argument that `CommandLine.arguments` shows as `text`.
+/// `CommandLine.arguments` replaces bytes that are not UTF-8 with U+FFFD; an event must be
+/// refused for them, not stored with the replacement characters.
+func rawArgument(_ text: String) -> [UInt8] {
+    for index in 1..<Int(CommandLine.argc) {
+        guard let pointer = CommandLine.unsafeArgv[index] else { continue }
+        let bytes = UnsafeRawBufferPointer(start: pointer, count: strlen(pointer))
+        if String(decoding: bytes, as: UTF8.self).utf8.elementsEqual(text.utf8) { return Array(bytes) }
+    }
+    return Array(text.utf8)
+}

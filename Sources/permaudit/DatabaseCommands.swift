@@ -97,11 +97,11 @@ enum AppendCommand: Command {
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count <= 1 else { throw UsageError(message: "expected at most one JSON event", usage: usage) }
-        let text = arguments.positionals.first ?? String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
-        let line = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        if case let .failure(problem) = EventValidator().validate(line: line) {
+        let bytes = arguments.positionals.first.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
+        if case let .failure(problem) = EventValidator().validate(bytes: bytes) {
             throw CommandFailure(message: problem.description)
         }
+        let line = String(decoding: bytes, as: UTF8.self)
         let log = EventLog(connection: try openDatabase(arguments))
         for result in try log.append([line]) {
             switch result.status {

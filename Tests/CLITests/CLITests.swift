@@ -18,9 +18,10 @@ final class CLITests: XCTestCase {
 
     static var binary: URL { TestDatabase.permauditBinary }
 
-    static func run(_ arguments: [String], url: String, stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
+    static func run(_ arguments: [String], url: String, stdin: String? = nil, stdinBytes: [UInt8]? = nil,
+                    environment: [String: String] = [:], executable: URL = binary) throws -> Run {
         let process = Process()
-        process.executableURL = binary
+        process.executableURL = executable
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env["DATABASE_URL"] = url
@@ -32,7 +33,7 @@ final class CLITests: XCTestCase {
         process.standardError = err
         process.standardInput = input
         try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        if let bytes = stdinBytes ?? stdin.map({ Array($0.utf8) }) { input.fileHandleForWriting.write(Data(bytes)) }
         try input.fileHandleForWriting.close()
         let stdout = out.fileHandleForReading.readDataToEndOfFile()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
@@ -42,6 +43,10 @@ final class CLITests: XCTestCase {
 
     func permaudit(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> Run {
         try Self.run(arguments, url: url, stdin: stdin, environment: environment)
+    }
+
+    func permaudit(_ arguments: [String], stdinBytes: [UInt8]) throws -> Run {
+        try Self.run(arguments, url: url, stdinBytes: stdinBytes)
     }
 
     func testVersionAndHelp() throws {
@@ -127,6 +132,25 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(printed.count, 3)
         XCTAssertTrue(printed[0].hasPrefix("{\"position\":"))
         XCTAssertFalse(events.stdout.contains("cli-subject"), "the log never holds the subject")
+    }
+
+    func testAppendRefusesInvalidUTF8FromStdinAndArgument() throws {
+        let id = UUID()
+        let bytes = Array(EventFixtures.event(id: id, subject: "S~~X").utf8).split(separator: UInt8(ascii: "~"), omittingEmptySubsequences: false)
+            .map(Array.init).joined(separator: [0xFF]).map { $0 }
+        let expected = "Error: event: malformed JSON: invalid UTF-8 at byte "
+        let piped = try permaudit(["append"], stdinBytes: bytes)
+        XCTAssertEqual(piped.status, 1, piped.stdout)
+        XCTAssertTrue(piped.stderr.hasPrefix(expected), piped.stderr)
+        // As the argument, through a shell: Process passes its arguments as Strings.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID()).json")
+        defer { try? FileManager.default.removeItem(at: file) }
+        try Data(bytes).write(to: file)
+        let argument = try Self.run(["-c", "exec \"$0\" append \"$(cat \"$1\")\"", Self.binary.path, file.path], url: url,
+                                    executable: URL(fileURLWithPath: "/bin/sh"))
+        XCTAssertEqual(argument.status, 1, argument.stdout)
+        XCTAssertTrue(argument.stderr.hasPrefix(expected), argument.stderr)
+        XCTAssertFalse(try permaudit(["events"]).stdout.contains(id.uuidString.lowercased()), "nothing stored")
     }
 
     func testIngestExitCodesAndRejectsFile() throws {

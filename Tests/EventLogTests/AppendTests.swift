@@ -174,6 +174,26 @@ final class AppendTests: XCTestCase {
         }
     }
 
+    /// A key the client chose is named as written only when it is 1-64 printable ASCII
+    /// characters; otherwise by its length, so that no error carries a line break, an escape
+    /// sequence or a long copy of the payload. The same in Swift and in the database.
+    func testErrorsNameUnprintableKeysByTheirLengthOnly() throws {
+        let validator = EventValidator()
+        let long = String(repeating: "k", count: 5000)
+        for (json, problem) in [
+            (EventFixtures.event(overrides: ["SUBJECT s-1: x": "1"]), "SUBJECT s-1: x: unknown field"),
+            (EventFixtures.event(overrides: ["forged\\n7: fake": "1"]), "<14-character key>: unknown field"),
+            (EventFixtures.event(overrides: ["esc\\u001b[31m": "1"]), "<8-character key>: unknown field"),
+            (EventFixtures.event(overrides: [long: "1"]), "<5000-character key>: unknown field"),
+            (EventFixtures.event(overrides: ["\u{E9}t\u{E9}": "1"]), "<3-character key>: unknown field"),
+            (EventFixtures.event(overrides: ["experiments": "{\"ok\":1}"]), "experiments.ok: must be a string"),
+            (EventFixtures.event(overrides: ["experiments": "{\"a\\nb\":\"\"}"]), "experiments.<3-character key>: must be 1-64 characters"),
+        ] {
+            XCTAssertEqual(validator.problem(line: json), problem, problem)
+            XCTAssertEqual(try databaseProblem(json), problem, problem)
+        }
+    }
+
     func testMalformedInputToTheWritePath() throws {
         XCTAssertThrowsError(try log.append(jsonArray: "{\"not\":\"an array\"}")) { error in
             XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)

@@ -78,7 +78,9 @@ final class QuickCheckTests: XCTestCase {
                       "\"2\"", "true", "null"]
         let experiments = ["{}", "{\"\":\"x\"}", "{\"a\":\"\"}", "{\"a\":1}", "{\"a\":null}", "[]", "\"x\"",
                            "{\"\(String(repeating: "k", count: 64))\":\"v\"}", "{\"\(String(repeating: "k", count: 65))\":\"v\"}",
-                           "{\"k\":\"\(String(repeating: "v", count: 65))\"}", "{\"a\":\"x\",\"b\":\"y\"}", "{\"a\":{\"b\":\"c\"}}"]
+                           "{\"k\":\"\(String(repeating: "v", count: 65))\"}", "{\"a\":\"x\",\"b\":\"y\"}", "{\"a\":{\"b\":\"c\"}}",
+                           // keys an error must not print as written (018), and one it may
+                           "{\"a\\nb\":1}", "{\"a\\u001b[31mb\":\"\"}", "{\"\(String(repeating: "é", count: 3))\":1}", "{\"ok key: x\":1}"]
         var attributes = ["{}", "[]", "\"x\"", "null", "{\"x\":{\"y\":1}}", "{\"x\":[1]}", "{\"note\":\"kept\"}",
                           String(repeating: "{\"a\":", count: 17) + "1" + String(repeating: "}", count: 17)]
         for picker in [q("phpicker"), q("androidPhotoPicker"), q("androidOpenDocument"), q("camera"), "1"] {
@@ -103,6 +105,8 @@ final class QuickCheckTests: XCTestCase {
             "occurredAt": times + strings, "app": strings, "subject": strings, "platform": strings, "osVersion": strings,
             "appVersion": strings, "flow": strings, "permission": permissions + strings, "experiments": experiments,
             "attributes": attributes, "unknownField": ["1"],
+            // unknown fields whose names an error must not print as written (018), and one it may
+            "line\\nbreak": ["1"], "esc\\u001b[31mred": ["1"], String(repeating: "u", count: 65): ["1"], "SUBJECT s-1: x": ["1"],
         ]
         var events: [String] = []
         for type in EventType.allCases {
