@@ -11,8 +11,10 @@ enum ProjectCommand: Command {
     static let usage = "permaudit project --once|--follow|--rebuild|--status [--batch-size <n>] [--poll <seconds>] [--seal-every <seconds>] [--key <file>] [--wait] [--database-url <url>]"
     static let discussion = """
         Reads the log in committed order, in batches; each batch's projection writes and its
-        checkpoint commit in one transaction. Only one projector works at a time: a second one
-        exits with a message naming the first, or queues behind it with --wait.
+        checkpoint commit in one transaction. Only one projector catches up at a time: a second
+        --once or --follow exits with a message naming the first, or queues behind it with
+        --wait. --rebuild may run beside them: it waits for their batch in flight, and their
+        next batch waits for it and continues from the rebuilt checkpoint.
           --once     catch up to the current end, print what was done, exit
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
                      SIGINT/SIGTERM finish the current batch and exit 0; with --seal-every N

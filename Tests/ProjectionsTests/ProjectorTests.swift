@@ -116,7 +116,7 @@ final class ProjectorTests: XCTestCase {
 
         // Analysts read while a rebuild (in small batches) and a follower run.
         let url = self.url
-        let observed = LockedValues()
+        let observed = LockedValues<Int>()
         let done = LockedFlag()
         let reader = Thread {
             guard let analyst = try? Connection(url: url) else { return }
@@ -145,13 +145,46 @@ final class ProjectorTests: XCTestCase {
         XCTAssertEqual(try db.query(total).scalar(Int.self), expected + 1, "the follower projected the new event after the rebuild")
         XCTAssertEqual(try ProjectionOracle.differences(db), [])
     }
+
+    /// A rebuild that starts while another projector's batch holds the checkpoint row waits for
+    /// that batch (019), instead of deleting the counts the batch is about to update and then
+    /// deadlocking with it on the checkpoint row.
+    func testARebuildWaitsForTheBatchInFlight() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 11)
+        var events = random.events(attempts: 400, subjects: 50)
+        events.shuffle(using: &random.generator)  // the second part updates attempts and counts of the first
+        try TestDatabase.append(Array(events[..<(events.count * 2 / 3)]), to: db)
+        try Projector(connection: try Connection(url: url)).catchUp()
+        try TestDatabase.append(Array(events[(events.count * 2 / 3)...]), to: db)
+
+        let inFlight = try Connection(url: url)
+        try inFlight.execute("begin")
+        try inFlight.execute("select from projection.checkpoint where name = 'analytics' for update")
+        let url = self.url
+        let errors = LockedValues<String>()
+        let finished = LockedFlag()
+        let rebuild = Thread {
+            do { try Projector(connection: try Connection(url: url)).rebuild() } catch { errors.append("\(error)") }
+            finished.set()
+        }
+        rebuild.start()
+        Thread.sleep(forTimeInterval: 1)  // the rebuild has started and waits for the checkpoint row
+        XCTAssertFalse(finished.isSet)
+        XCTAssertNoThrow(try inFlight.query("select * from projection.apply_batch(100000)"))
+        try inFlight.execute("commit")
+        for _ in 0..<600 where !finished.isSet { Thread.sleep(forTimeInterval: 0.1) }
+        XCTAssertTrue(finished.isSet)
+        XCTAssertEqual(errors.values, [])
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
 }
 
-final class LockedValues: @unchecked Sendable {
+final class LockedValues<Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var storage: [Int] = []
-    func append(_ value: Int) { lock.lock(); storage.append(value); lock.unlock() }
-    var values: [Int] { lock.lock(); defer { lock.unlock() }; return storage }
+    private var storage: [Value] = []
+    func append(_ value: Value) { lock.lock(); storage.append(value); lock.unlock() }
+    var values: [Value] { lock.lock(); defer { lock.unlock() }; return storage }
 }
 
 final class LockedFlag: @unchecked Sendable {
