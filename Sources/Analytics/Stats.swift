@@ -45,19 +45,8 @@ public struct StatsQuery: Sendable {
     }
     var parameters: [(any PostgresEncodable)?] { [app, from, to, platform] }
 
-    func requireDimensions(_ allowed: Set<Dimension>, view: String) throws {
-        if let bad = by.first(where: { !allowed.contains($0) }) {
-            throw StatsError("\(view) cannot be grouped by \(bad.rawValue); use any of \(Dimension.allCases.filter(allowed.contains).map(\.rawValue).joined(separator: ", "))")
-        }
-    }
-
     var selectList: String { by.map { "\($0.sql)::text as \($0.rawValue)" }.joined(separator: ", ") }
     var groupList: String { by.map(\.sql).joined(separator: ", ") }
-}
-
-public struct StatsError: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    init(_ description: String) { self.description = description }
 }
 
 public enum Stats {
@@ -94,29 +83,24 @@ public enum Stats {
     /// Primed vs unprimed (and every experiment's variants vs control): access rate with its
     /// interval, lift, difference interval and p-value against the baseline.
     public static func priming(_ db: Connection, _ query: StatsQuery) throws -> [ResultTable] {
-        try query.requireDimensions([.day, .week, .app, .platform, .permission], view: "priming")
         let select = query.by.isEmpty ? "" : query.selectList + ", "
         let group = query.by.isEmpty ? "" : query.groupList + ", "
         let arms = try db.query("""
             select \(select)arm, sum(attempts)::bigint, sum(accepted)::bigint, sum(declined)::bigint, sum(prompted)::bigint,
                    sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
-              from analytics.priming_arms_daily where \(query.filter)
+              from analytics.priming_arms_by_dimension_daily where \(query.filter)
              group by \(group)arm order by \(group)arm desc
             """, query.parameters)
         let primed = try armTable(arms, dimensions: query.by.map(\.rawValue), armColumn: "arm", baseline: "unprimed",
                                   title: "Pre-permission screens: primed vs unprimed (access = granted or limited, intention-to-treat)")
 
-        var experimentQuery = query
-        experimentQuery.by = query.by.filter { [.day, .week, .app, .platform].contains($0) }
-        let eSelect = experimentQuery.by.isEmpty ? "" : experimentQuery.selectList + ", "
-        let eGroup = experimentQuery.by.isEmpty ? "" : experimentQuery.groupList + ", "
         let variants = try db.query("""
-            select \(eSelect)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
+            select \(select)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
                    sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
-              from analytics.experiment_arms_detail_daily where \(query.filter)
-             group by \(eGroup)experiment, variant order by \(eGroup)experiment, variant <> 'control', variant
+              from analytics.experiment_arms_by_dimension_daily where \(query.filter)
+             group by \(group)experiment, variant order by \(group)experiment, variant <> 'control', variant
             """, query.parameters)
-        let experiments = try armTable(variants, dimensions: experimentQuery.by.map(\.rawValue) + ["experiment"], armColumn: "variant",
+        let experiments = try armTable(variants, dimensions: query.by.map(\.rawValue) + ["experiment"], armColumn: "variant",
                                        baseline: "control", title: "Experiments: each variant vs control (permission attempts carrying the key)")
         return [primed, experiments]
     }
@@ -162,13 +146,12 @@ public enum Stats {
 
     /// Picker adoption, completion and full-vs-limited share.
     public static func picker(_ db: Connection, _ query: StatsQuery) throws -> ResultTable {
-        try query.requireDimensions([.day, .week, .app, .platform, .osMajor, .appVersion, .flow], view: "picker")
         let select = query.by.isEmpty ? "" : query.selectList + ", "
         let group = query.by.isEmpty ? "" : "group by \(query.groupList) order by \(query.groupList)"
         let rows = try db.query("""
             select \(select)sum(picker_attempts)::bigint, sum(picker_completed)::bigint, sum(permission_attempts)::bigint,
                    sum(full_access)::bigint, sum(limited_access)::bigint
-              from analytics.picker_adoption_detail_daily where \(query.filter) \(group)
+              from analytics.picker_adoption_by_dimension_daily where \(query.filter) \(group)
             """, query.parameters)
         var table = ResultTable(title: "Picker vs full access",
                                 columns: query.by.map(\.rawValue) + ["picker_attempts", "permission_attempts", "picker_adoption",

@@ -100,10 +100,10 @@ enum StatsCommand: Command {
     static let usage = "permaudit stats denial|priming|picker [--by <dims>] [--app <app>] [--platform ios|android] [--from <date>] [--to <date>] [--format table|csv|json] [--database-url <url>]"
     static let discussion = """
         Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
-        list of day, week, app, platform, osMajor, appVersion, permission, flow (priming: day, week,
-        app, platform, permission, and experiments by day, week, app, platform; picker: all but
-        permission). --from and --to bound
-        the attempt day (YYYY-MM-DD, inclusive). Intervals are 95% Wilson intervals; priming shows
+        list of day, week, app, platform, osMajor, appVersion, permission, flow, for every statistic
+        (picker attempts involve no permission: with --by permission they form the group without
+        one). --from and --to bound the attempt day (YYYY-MM-DD, inclusive; --from after --to is
+        an error). Intervals are 95% Wilson intervals; priming shows
         each arm against its baseline (unprimed, or the control variant) with relative lift, the
         unpooled difference interval and the pooled z-test's two-sided p-value.
         """
@@ -120,8 +120,7 @@ enum StatsCommand: Command {
             throw UsageError(message: "expected one of denial, priming, picker", usage: usage)
         }
         var query = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform())
-        query.from = try arguments.day("--from")
-        query.to = try arguments.day("--to")
+        (query.from, query.to) = try arguments.dayRange()
         if let by = arguments.value("--by") {
             query.by = try by.split(separator: ",").map { name in
                 guard let dimension = StatsQuery.Dimension(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
@@ -135,14 +134,10 @@ enum StatsCommand: Command {
         }
         let db = try openDatabase(arguments)
         let tables: [ResultTable]
-        do {
-            switch which {
-            case "denial": tables = [try Stats.denial(db, query)]
-            case "priming": tables = try Stats.priming(db, query)
-            default: tables = [try Stats.picker(db, query)]
-            }
-        } catch let error as StatsError {
-            throw UsageError(message: error.description, usage: usage)
+        switch which {
+        case "denial": tables = [try Stats.denial(db, query)]
+        case "priming": tables = try Stats.priming(db, query)
+        default: tables = [try Stats.picker(db, query)]
         }
         print(tables.map { $0.render(format) }.joined(separator: format == .table ? "\n" : ""), terminator: "")
         return 0

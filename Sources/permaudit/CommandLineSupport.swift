@@ -109,6 +109,15 @@ struct ParsedArguments {
         return text
     }
 
+    /// --from and --to: inclusive days, the first not after the second.
+    func dayRange() throws -> (from: String?, to: String?) {
+        let range = (from: try day("--from"), to: try day("--to"))
+        if let from = range.from, let to = range.to, from > to {  // YYYY-MM-DD compares as text
+            throw UsageError(message: "'--from' (\(from)) is after '--to' (\(to))", usage: usage)
+        }
+        return range
+    }
+
     /// The --platform option: ios, android or absent.
     func platform() throws -> String? {
         guard let text = values["--platform"] else { return nil }

@@ -38,8 +38,8 @@ enum ReportCommand: Command {
             }
             formats = [format]
         }
-        let filters = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform(),
-                                 from: try arguments.day("--from"), to: try arguments.day("--to"))
+        let days = try arguments.dayRange()
+        let filters = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform(), from: days.from, to: days.to)
         let report = try Report.build(try openDatabase(arguments), filters: filters)
         let written = try ReportWriter(report).write(formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
         for note in report.notes { printError("note: \(note)") }

@@ -261,8 +261,25 @@ final class ProjectCommandTests: XCTestCase {
         let picker = try CLITests.run(["stats", "picker", "--by", "week,flow", "--from", "2026-01-01", "--to", "2030-12-31"], url: url)
         XCTAssertEqual(picker.status, 0, picker.stderr)
         XCTAssertTrue(picker.stdout.contains("picker_adoption"))
-        XCTAssertEqual(try CLITests.run(["stats", "picker", "--by", "permission"], url: url).status, 64)  // picker attempts have no permission
+        // Every statistic groups by every dimension.
+        for which in ["denial", "priming", "picker"] {
+            let all = try CLITests.run(["stats", which, "--by", "day,week,app,platform,osMajor,appVersion,permission,flow", "--format", "csv"], url: url)
+            XCTAssertEqual(all.status, 0, "\(which): \(all.stderr)")
+        }
+        let primingBy = try CLITests.run(["stats", "priming", "--by", "osMajor,flow", "--format", "csv"], url: url)
+        XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,arm,attempts"), primingBy.stdout)
+        XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
+        // Picker by permission: picker attempts form the group without one; the groups add up.
+        let byPermission = try CLITests.run(["stats", "picker", "--by", "permission", "--format", "csv"], url: url)
+        XCTAssertEqual(byPermission.status, 0, byPermission.stderr)
+        let rows = byPermission.stdout.split(separator: "\n").dropFirst().map { $0.split(separator: ",", omittingEmptySubsequences: false) }
+        XCTAssertGreaterThan(rows.count, 1)
+        XCTAssertEqual(rows.map { Int($0[1])! }.reduce(0, +), try db.query("select sum(picker_attempts)::int from analytics.picker_adoption_daily").scalar(Int.self))
+        XCTAssertEqual(rows.map { Int($0[2])! }.reduce(0, +), try db.query("select sum(permission_attempts)::int from analytics.picker_adoption_daily").scalar(Int.self))
         XCTAssertEqual(try CLITests.run(["stats", "denial", "--from", "2026-13-01"], url: url).status, 64)
+        let reversed = try CLITests.run(["stats", "denial", "--from", "2026-11-12", "--to", "2026-11-01"], url: url)
+        XCTAssertEqual(reversed.status, 64)
+        XCTAssertTrue(reversed.stderr.contains("'--from' (2026-11-12) is after '--to' (2026-11-01)"), reversed.stderr)
         let empty = try CLITests.run(["stats", "denial", "--app", "no.such.app"], url: url)
         XCTAssertTrue(empty.stdout.contains("(no data for this selection)"), empty.stdout)
     }

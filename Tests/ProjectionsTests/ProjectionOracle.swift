@@ -97,6 +97,32 @@ enum ProjectionOracle {
                    count(*) filter (where permission_attempt and outcome = 'limited') as limited_access
               from attempts where permission_attempt or picker_opened group by 1, 2, 3, 4, 5, 6
             """),
+        ("analytics.priming_arms_by_dimension_daily", """
+            select day, app, platform, os_major, app_version, permission, flow, case when primed then 'primed' else 'unprimed' end as arm,
+                   count(*) as attempts, count(*) filter (where primed and accepted) as accepted,
+                   count(*) filter (where primed and declined) as declined, count(*) filter (where prompted) as prompted,
+                   count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
+                   count(*) filter (where outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+              from attempts where permission_attempt group by 1, 2, 3, 4, 5, 6, 7, 8
+            """),
+        ("analytics.experiment_arms_by_dimension_daily", """
+            select day, app, platform, os_major, app_version, permission, flow, x.key as experiment, x.value as variant,
+                   count(*) as attempts, count(*) filter (where prompted) as prompted,
+                   count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
+                   count(*) filter (where outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+              from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3, 4, 5, 6, 7, 8, 9
+            """),
+        ("analytics.picker_adoption_by_dimension_daily", """
+            select day, app, platform, os_major, app_version, permission, flow,
+                   count(*) filter (where picker_opened and not permission_attempt) as picker_attempts,
+                   count(*) filter (where picker_opened and not permission_attempt and picker_completed) as picker_completed,
+                   count(*) filter (where permission_attempt) as permission_attempts,
+                   count(*) filter (where permission_attempt and outcome = 'granted') as full_access,
+                   count(*) filter (where permission_attempt and outcome = 'limited') as limited_access
+              from attempts where permission_attempt or picker_opened group by 1, 2, 3, 4, 5, 6, 7
+            """),
     ]
 
     /// Events per day and the late ones (an event of the same install that occurred later is
