@@ -45,7 +45,10 @@ public struct Migrator {
             return URL(fileURLWithPath: env)
         }
         var starts = [URL(fileURLWithPath: fm.currentDirectoryPath)]
-        starts.append(URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent())
+        // The executable's real path (argv[0] is a bare name when the shell found it on PATH).
+        let executable = (try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe")).map { URL(fileURLWithPath: $0) }
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        starts.append(executable.deletingLastPathComponent())
         for start in starts {
             var directory = start.standardizedFileURL
             for _ in 0..<8 {

@@ -274,7 +274,6 @@ public struct EventValidator: Sendable {
 
     // MARK: Lexical rules
 
-    /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.
     /// How an error names a key the client chose: as written when it is 1-64 printable ASCII
     /// characters, else by its length only, so that an error line never carries a line break, an
     /// escape sequence or a long copy of the payload (as `audit.key_in_message`, migration 018).
@@ -284,6 +283,7 @@ public struct EventValidator: Sendable {
         return "<\(scalars.count)-character key>"
     }
 
+    /// PostgreSQL's jsonb key order: shorter keys first, then bytewise.
     public static func jsonbKeyOrder(_ a: String, _ b: String) -> Bool {
         let (la, lb) = (a.utf8.count, b.utf8.count)
         return la != lb ? la < lb : a.utf8.lexicographicallyPrecedes(b.utf8)

@@ -19,8 +19,7 @@ enum BenchCommand: Command {
                    a plain one-row INSERT per transaction (--events per connection, default 2000)
           project  projector catch-up over --events events (default 1000000) vs a plain COPY of
                    the same rows out of the log; projector memory; the three headline questions
-                   from the views vs ad-hoc SQL over the raw log (--batch-size: events per
-                   projector batch, default \(Projector.defaultBatchSize))
+                   from the views vs ad-hoc SQL over the raw log
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
           dashboards
