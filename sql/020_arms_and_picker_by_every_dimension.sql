@@ -17,6 +17,10 @@
 -- * The projection is reset, as 008 did: the stored rows have no values for the new columns. The
 --   next `permaudit project` rebuilds it from the log; until then the views are empty.
 
+-- The checkpoint row first, as every projector batch takes it first (019): a follower's batch in
+-- flight finishes before the tables below are locked, and its next batch waits for this migration.
+select from projection.checkpoint c where c.name = 'analytics' for update;
+
 alter table projection.priming_daily
     add column os_major integer, add column app_version text, add column flow text,
     drop constraint priming_daily_day_app_platform_permission_arm_key;

@@ -123,10 +123,11 @@ public enum Stats {
                             access: try rows.value(row, k + 5, as: Int.self) + rows.value(row, k + 6, as: Int.self),
                             denied: try rows.value(row, k + 7, as: Int.self)))
         }
+        let baselines = Dictionary(arms.filter { $0.name == baseline }.map { ($0.group, $0) }, uniquingKeysWith: { first, _ in first })
         for arm in arms {
             let access = Proportion(arm.access, of: arm.attempts)
             let wilson = Statistics.wilson(access)
-            let base = arms.first { $0.group == arm.group && $0.name == baseline }
+            let base = baselines[arm.group]
             let comparison = base.flatMap { $0.name == arm.name ? nil : Statistics.compare(access, baseline: Proportion($0.access, of: $0.attempts)) }
             let denial = Proportion(arm.denied, of: arm.prompted)
             let denialInterval = Statistics.wilson(denial)

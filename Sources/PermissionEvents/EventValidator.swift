@@ -263,7 +263,8 @@ public struct EventValidator: Sendable {
             for element in elements { try noNulCharacters(element, path: path) }
         case let .object(members):
             for member in members {
-                let child = path.isEmpty ? member.key : "\(path).\(member.key)"
+                let key = Self.keyInMessage(member.key)
+                let child = path.isEmpty ? key : "\(path).\(key)"
                 if member.key.utf8.contains(0) { throw EventProblem(field: path.isEmpty ? "event" : path, rule: "must not contain a NUL character") }
                 try noNulCharacters(member.value, path: child)
             }

@@ -6,7 +6,8 @@ extension TestDatabase {
     public static func analyticsSnapshot(_ db: Connection) throws -> [String] {
         var rows: [String] = []
         for view in ["permission_outcomes_daily", "priming_arms", "priming_arms_daily", "experiment_arms", "experiment_arms_daily",
-                     "picker_adoption_daily", "permission_state"] {
+                     "picker_adoption_daily", "permission_state", "experiment_arms_detail_daily", "picker_adoption_detail_daily",
+                     "priming_arms_by_dimension_daily", "experiment_arms_by_dimension_daily", "picker_adoption_by_dimension_daily"] {
             rows += try db.query("select '\(view) ' || x::text from analytics.\(view) x order by 1").column(as: String.self)
         }
         return rows

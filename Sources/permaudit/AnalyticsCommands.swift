@@ -101,9 +101,10 @@ enum StatsCommand: Command {
     static let discussion = """
         Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
         list of day, week, app, platform, osMajor, appVersion, permission, flow, for every statistic
-        (picker attempts involve no permission: with --by permission they form the group without
-        one). --from and --to bound the attempt day (YYYY-MM-DD, inclusive; --from after --to is
-        an error). Intervals are 95% Wilson intervals; priming shows
+        (a picker attempt involves no permission: with --by permission it falls in the group
+        without one, unless another event of the attempt names one). --from and --to bound the
+        attempt day (YYYY-MM-DD, inclusive; --from after --to is an error). Intervals are 95%
+        Wilson intervals; priming shows
         each arm against its baseline (unprimed, or the control variant) with relative lift, the
         unpooled difference interval and the pooled z-test's two-sided p-value.
         """

@@ -18,7 +18,7 @@ enum ReportCommand: Command {
         platform, OS major, app version, permission and flow with 95% Wilson intervals; weekly
         trend; pre-permission effect (primed vs unprimed, by platform, each experiment); picker
         adoption, completion and full-access share; current permission states. --from and --to
-        bound the attempt day (YYYY-MM-DD, inclusive).
+        bound the attempt day (YYYY-MM-DD, inclusive; --from after --to is an error).
         """
     static let options = [
         ("--format <format>", "md, html, csv, json or all (default all)."), ("--out <dir>", "Output directory (default reports)."),

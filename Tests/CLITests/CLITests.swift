@@ -150,7 +150,9 @@ final class CLITests: XCTestCase {
                                     executable: URL(fileURLWithPath: "/bin/sh"))
         XCTAssertEqual(argument.status, 1, argument.stdout)
         XCTAssertTrue(argument.stderr.hasPrefix(expected), argument.stderr)
-        XCTAssertFalse(try permaudit(["events"]).stdout.contains(id.uuidString.lowercased()), "nothing stored")
+        let events = try permaudit(["events"])
+        XCTAssertEqual(events.status, 0, events.stderr)
+        XCTAssertFalse(events.stdout.contains(id.uuidString.lowercased()), "nothing stored")
     }
 
     func testIngestExitCodesAndRejectsFile() throws {

@@ -56,7 +56,7 @@ final class ReportCommandTests: XCTestCase {
         let onlyJSON = directory.appendingPathComponent("j").path
         XCTAssertEqual(try permaudit(["report", "--out", onlyJSON, "--format", "json"]).status, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: onlyJSON), ["report.json"])
-        for bad in [["--format", "pdf"], ["--platform", "windows"], ["--to", "2026-13-01"]] {
+        for bad in [["--format", "pdf"], ["--platform", "windows"], ["--to", "2026-13-01"], ["--from", "2026-11-12", "--to", "2026-11-01"]] {
             let run = try permaudit(["report"] + bad)
             XCTAssertEqual(run.status, 64, "\(bad)")
             XCTAssertTrue(run.stderr.contains(bad[0]), run.stderr)

@@ -192,6 +192,11 @@ final class AppendTests: XCTestCase {
             XCTAssertEqual(validator.problem(line: json), problem, problem)
             XCTAssertEqual(try databaseProblem(json), problem, problem)
         }
+        // A NUL under an attribute key: only Swift can report it (jsonb refuses the text).
+        let nul = EventFixtures.event(overrides: ["attributes": "{\"x\\n9: y\":\"a\\u0000\",\"ok\":{\"k\":\"\\u0000\"}}"])
+        XCTAssertEqual(validator.problem(line: nul), "attributes.<6-character key>: must not contain a NUL character")
+        let nested = EventFixtures.event(overrides: ["attributes": "{\"ok\":{\"k\":\"\\u0000\"}}"])
+        XCTAssertEqual(validator.problem(line: nested), "attributes.ok.k: must not contain a NUL character")
     }
 
     func testMalformedInputToTheWritePath() throws {
