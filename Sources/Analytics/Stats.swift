@@ -45,6 +45,12 @@ public struct StatsQuery: Sendable {
     }
     var parameters: [(any PostgresEncodable)?] { [app, from, to, platform] }
 
+    /// `coarse` when it has every dimension of the grouping (it is smaller and faster to sum),
+    /// else `fine`, which has them all.
+    func view(_ coarse: String, has dimensions: Set<Dimension>, else fine: String) -> String {
+        Set(by).isSubset(of: dimensions) ? coarse : fine
+    }
+
     var selectList: String { by.map { "\($0.sql)::text as \($0.rawValue)" }.joined(separator: ", ") }
     var groupList: String { by.map(\.sql).joined(separator: ", ") }
 }
@@ -88,7 +94,8 @@ public enum Stats {
         let arms = try db.query("""
             select \(select)arm, sum(attempts)::bigint, sum(accepted)::bigint, sum(declined)::bigint, sum(prompted)::bigint,
                    sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
-              from analytics.priming_arms_by_dimension_daily where \(query.filter)
+              from \(query.view("analytics.priming_arms_daily", has: [.day, .week, .app, .platform, .permission],
+                               else: "analytics.priming_arms_by_dimension_daily")) where \(query.filter)
              group by \(group)arm order by \(group)arm desc
             """, query.parameters)
         let primed = try armTable(arms, dimensions: query.by.map(\.rawValue), armColumn: "arm", baseline: "unprimed",
@@ -97,7 +104,8 @@ public enum Stats {
         let variants = try db.query("""
             select \(select)experiment, variant, sum(attempts)::bigint, 0::bigint, 0::bigint, sum(prompted)::bigint,
                    sum(granted)::bigint, sum(limited)::bigint, sum(denied_at_dialog)::bigint
-              from analytics.experiment_arms_by_dimension_daily where \(query.filter)
+              from \(query.view("analytics.experiment_arms_detail_daily", has: [.day, .week, .app, .platform],
+                               else: "analytics.experiment_arms_by_dimension_daily")) where \(query.filter)
              group by \(group)experiment, variant order by \(group)experiment, variant <> 'control', variant
             """, query.parameters)
         let experiments = try armTable(variants, dimensions: query.by.map(\.rawValue) + ["experiment"], armColumn: "variant",
@@ -152,7 +160,8 @@ public enum Stats {
         let rows = try db.query("""
             select \(select)sum(picker_attempts)::bigint, sum(picker_completed)::bigint, sum(permission_attempts)::bigint,
                    sum(full_access)::bigint, sum(limited_access)::bigint
-              from analytics.picker_adoption_by_dimension_daily where \(query.filter) \(group)
+              from \(query.view("analytics.picker_adoption_detail_daily", has: [.day, .week, .app, .platform, .osMajor, .appVersion, .flow],
+                               else: "analytics.picker_adoption_by_dimension_daily")) where \(query.filter) \(group)
             """, query.parameters)
         var table = ResultTable(title: "Picker vs full access",
                                 columns: query.by.map(\.rawValue) + ["picker_attempts", "permission_attempts", "picker_adoption",
