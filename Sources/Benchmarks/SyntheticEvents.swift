@@ -95,8 +95,9 @@ public struct SyntheticEvents {
 
 extension SyntheticEvents {
     /// Loads `count` events straight into `audit.events` by COPY (not through the write path,
-    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), then
-    /// VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
+    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), links
+    /// each install in `audit.subject_streams` as the write path does (its subject, `inst-<n>`,
+    /// under stream key n), then VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
     /// `recordedAsOccurred` each event is recorded at its `occurredAt`, like a log filled live.
     public static func copy(_ count: Int, into db: Connection, seed: UInt64, recordedAsOccurred: Bool = false) throws {
         var generator = SyntheticEvents(seed: seed, subjects: max(1000, count / 20))
@@ -111,6 +112,11 @@ extension SyntheticEvents {
                 try writer.write(event.copyRow(version: version, recordedAt: recordedAsOccurred ? event.occurredAt : nil))
             }
         }
-        try db.execute("vacuum analyze audit.events")
+        try db.execute("""
+            insert into audit.subject_streams (stream_key, app, subject) overriding system value
+            select distinct on (stream_key) stream_key, app, 'inst-' || stream_key from audit.events order by stream_key;
+            select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams
+            """)
+        try db.execute("vacuum analyze audit.events, audit.subject_streams")
     }
 }
