@@ -20,6 +20,8 @@ public struct SyntheticEvents {
     }
 
     static let apps = ["com.example.snap", "com.example.chat", "org.example.backup", "com.example.editor"]
+    /// Each install belongs to one app.
+    static func app(of subject: Int) -> String { apps[subject % apps.count] }
     static let flows = ["avatar", "chatAttachment", "backup", "gallery", "editorSave"]
     static let iosTypes = ["prePermission.shown", "prePermission.accepted", "permission.prompted", "permission.granted",
                            "permission.limited", "permission.denied", "picker.opened", "picker.completed"]
@@ -39,7 +41,7 @@ public struct SyntheticEvents {
         }
         attemptEventsLeft -= 1
         sequence += 1
-        let app = Self.apps[subject % Self.apps.count]
+        let app = Self.app(of: subject)
         let types = platformIsIOS ? Self.iosTypes : Self.androidTypes
         let type = types[Int(generator.next() % UInt64(types.count))]
         let occurred = start.addingTimeInterval(Double(sequence) * 2.5)
@@ -112,11 +114,14 @@ extension SyntheticEvents {
                 try writer.write(event.copyRow(version: version, recordedAt: recordedAsOccurred ? event.occurredAt : nil))
             }
         }
-        try db.execute("""
+        // The installs seen, from the generator (not read back from the log). App ids hold no commas.
+        let installs = versions.keys.sorted()
+        try db.query("""
             insert into audit.subject_streams (stream_key, app, subject) overriding system value
-            select distinct on (stream_key) stream_key, app, 'inst-' || stream_key from audit.events order by stream_key;
-            select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams
-            """)
+            select k, a, 'inst-' || k from unnest($1::bigint[], $2::text[]) as i(k, a)
+            """, ["{" + installs.map(String.init).joined(separator: ",") + "}",
+                  "{" + installs.map(Self.app(of:)).joined(separator: ",") + "}"])
+        try db.execute("select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams")
         try db.execute("vacuum analyze audit.events, audit.subject_streams")
     }
 }
