@@ -23,6 +23,14 @@ public struct BenchmarkContext {
         return url
     }
 
+    /// A copy of database `source` (which nobody may be connected to) named `name`; returns its URL.
+    public func copyDatabase(_ source: String, as name: String) throws -> String {
+        let admin = try Connection(url: adminURL)
+        try admin.execute("drop database if exists \(name) with (force)")
+        try admin.execute("create database \(name) template \(source)")
+        return BenchmarkContext.replaceDatabase(in: adminURL, with: name)
+    }
+
     public func dropDatabase(_ name: String) {
         let admin = try? Connection(url: adminURL)
         try? admin?.execute("drop database if exists \(name) with (force)")

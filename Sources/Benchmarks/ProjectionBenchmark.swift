@@ -81,9 +81,12 @@ public struct ProjectionBenchmark {
     public func run(_ context: BenchmarkContext) throws -> Result {
         let url = try context.freshDatabase("permaudit_bench_project", sqlDirectory: sqlDirectory)
         defer { context.dropDatabase("permaudit_bench_project") }
-        let db = try Connection(url: url)
         context.log("loading \(events) events into the log")
-        try SyntheticEvents.copy(events, into: db, seed: 7)
+        try SyntheticEvents.copy(events, into: try Connection(url: url), seed: 7)
+        // The same log in a second database, so that both ways of projecting it start alike.
+        let batchesURL = try context.copyDatabase("permaudit_bench_project", as: "permaudit_bench_project_batches")
+        defer { context.dropDatabase("permaudit_bench_project_batches") }
+        let db = try Connection(url: url)
 
         context.log("plain COPY out of the log")
         var bytes = 0
@@ -96,14 +99,22 @@ public struct ProjectionBenchmark {
                 """) { bytes += $0.count }
         }
 
-        context.log("projector catch-up")
-        let projector = Projector(connection: try Connection(url: url))
-        projector.batchSize = batchSize
-        let backend = projector.connection.backendPID
-        var progress = Projector.Progress()
-        let projectSeconds = try measure { progress = try projector.catchUp() }
-        guard progress.events == events else { throw BenchmarkError("projected \(progress.events) of \(events) events") }
-        let serverPeak = Self.peakMiB(ofProcess: backend)
+        // The projector over the same log in two databases, from an empty projection: the one-pass
+        // build a first run or a rebuild does, and batches only (as with --batch-size).
+        func catchUp(_ url: String, onePass: Bool) throws -> (progress: Projector.Progress, seconds: Double, serverPeak: Double?) {
+            let projector = Projector(connection: try Connection(url: url))
+            projector.batchSize = batchSize
+            projector.buildsEmptyProjectionInOnePass = onePass
+            var progress = Projector.Progress()
+            let seconds = try measure { progress = try projector.catchUp() }
+            guard progress.events == events else { throw BenchmarkError("projected \(progress.events) of \(events) events") }
+            return (progress, seconds, Self.peakMiB(ofProcess: projector.connection.backendPID))
+        }
+        context.log("projector: one-pass build of the empty projection")
+        let onePass = try catchUp(url, onePass: true)
+        context.log("projector: catch-up in batches from the start")
+        let batches = try catchUp(batchesURL, onePass: false)
+        let serverPeak = [onePass.serverPeak, batches.serverPeak].compactMap { $0 }.max()
         try db.execute("analyze")
 
         context.log("headline questions")
@@ -117,8 +128,10 @@ public struct ProjectionBenchmark {
             rows: [
                 BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
                              note: "\(bytes / 1_048_576) MiB"),
-                BenchmarkRow(name: "projector catch-up (projection.apply_batch, \(projector.batchSize) per batch)", count: progress.events, seconds: projectSeconds,
-                             note: "\(progress.batches) batches, \(progress.attempts) attempt updates"),
+                BenchmarkRow(name: "projector, empty projection: one-pass build (projection.build_from_log)", count: onePass.progress.events,
+                             seconds: onePass.seconds, note: "\(onePass.progress.attempts) attempts"),
+                BenchmarkRow(name: "projector catch-up in batches (projection.apply_batch, \(batchSize) per batch)", count: batches.progress.events,
+                             seconds: batches.seconds, note: "\(batches.progress.batches) batches, \(batches.progress.attempts) attempt updates"),
             ],
             headline: headline, clientPeakMiB: peakResidentMiB(), serverPeakMiB: serverPeak
         )

@@ -72,10 +72,18 @@ public final class Projector {
         try connection.transaction { try applyBatch() }
     }
 
-    /// Batches until the log's committed end; `shouldStop` is checked between batches.
+    /// Builds an empty projection in one pass over the log (`projection.build_from_log`) before
+    /// the batches: a new deployment, a rebuild, or a migration that reset the projection. Off,
+    /// every event goes through batches of `batchSize`.
+    public var buildsEmptyProjectionInOnePass = true
+
+    /// Batches until the log's committed end (after the one-pass build of an empty projection);
+    /// `shouldStop` is checked between batches.
     @discardableResult
     public func catchUp(shouldStop: () -> Bool = { false }, onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
-        try drain(shouldStop: shouldStop, onBatch: onBatch) { try step() }
+        let built = buildsEmptyProjectionInOnePass ? try connection.transaction { try buildFromLog() } : Progress()
+        if built.events > 0 { onBatch(built) }
+        return try drain(from: built, shouldStop: shouldStop, onBatch: onBatch) { try step() }
     }
 
     /// Recomputes every projection from the start of the log in one transaction: readers keep
@@ -85,13 +93,16 @@ public final class Projector {
     public func rebuild(onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
         try connection.transaction {
             try connection.query("select projection.reset()")
-            return try drain(shouldStop: { false }, onBatch: onBatch) { try applyBatch() }
+            let built = buildsEmptyProjectionInOnePass ? try buildFromLog() : Progress()
+            if built.events > 0 { onBatch(built) }
+            return try drain(from: built, shouldStop: { false }, onBatch: onBatch) { try applyBatch() }
         }
     }
 
     /// Runs `batch` until it finds no events (or `shouldStop`), adding up the progress.
-    private func drain(shouldStop: () -> Bool, onBatch: (Progress) -> Void, _ batch: () throws -> Progress) throws -> Progress {
-        var total = Progress()
+    private func drain(from start: Progress, shouldStop: () -> Bool, onBatch: (Progress) -> Void,
+                       _ batch: () throws -> Progress) throws -> Progress {
+        var total = start
         while !shouldStop() {
             let done = try batch()
             total.checkpoint = done.checkpoint
@@ -135,8 +146,15 @@ public final class Projector {
     }
 
     private func applyBatch() throws -> Progress {
-        let rows = try connection.query("select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [batchSize])
-            .decode((Int, Int, UInt64, Int64).self)
+        try progress(of: "select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [batchSize])
+    }
+
+    private func buildFromLog() throws -> Progress {
+        try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
+    }
+
+    private func progress(of sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> Progress {
+        let rows = try connection.query(sql, parameters).decode((Int, Int, UInt64, Int64).self)
         guard let row = rows.first else { throw ProjectorError.notMigrated }
         return Progress(events: row.0, attempts: row.1, batches: row.0 > 0 ? 1 : 0,
                         checkpoint: EventLog.Checkpoint(transactionId: row.2, position: row.3))

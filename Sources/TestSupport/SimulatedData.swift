@@ -15,7 +15,7 @@ extension TestDatabase {
         try Data((run.lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: path))
         let ingestor = Ingestor(log: EventLog(connection: try Connection(url: url)))
         ingestor.mode = .storeValid
-        try ingestor.ingest([path])
+        _ = try ingestor.ingest([path])
         try Projector(connection: try Connection(url: url)).catchUp()
         return run.truth
     }

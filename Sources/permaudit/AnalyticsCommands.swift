@@ -11,7 +11,9 @@ enum ProjectCommand: Command {
     static let usage = "permaudit project --once|--follow|--rebuild|--status [--batch-size <n>] [--poll <seconds>] [--seal-every <seconds>] [--key <file>] [--wait] [--database-url <url>]"
     static let discussion = """
         Reads the log in committed order, in batches; each batch's projection writes and its
-        checkpoint commit in one transaction. Only one projector catches up at a time: a second
+        checkpoint commit in one transaction. An empty projection (the first run, a rebuild, a
+        migration that reset it) is first built in one pass over the log, one transaction,
+        unless --batch-size is given. Only one projector catches up at a time: a second
         --once or --follow exits with a message naming the first, or queues behind it with
         --wait. --rebuild may run beside them: it waits for their batch in flight, and their
         next batch waits for it and continues from the rebuilt checkpoint.
@@ -26,7 +28,7 @@ enum ProjectCommand: Command {
     static let options = [
         ("--once", "Catch up and exit."), ("--follow", "Keep up continuously."),
         ("--rebuild", "Recompute from the start and switch atomically."), ("--status", "Show the checkpoint and the lag."),
-        ("--batch-size <n>", "Events per batch (default \(Projector.defaultBatchSize))."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
+        ("--batch-size <n>", "Events per batch (default \(Projector.defaultBatchSize)); also for an empty projection."), ("--poll <seconds>", "Polling fallback for --follow (default 5)."),
         ("--seal-every <seconds>", "With --follow: seal every so many seconds."),
         ("--key <file>", "Seal private key (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
         ("--wait", "Wait for a running projector instead of exiting."), databaseOption,
@@ -39,6 +41,7 @@ enum ProjectCommand: Command {
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
         let projector = Projector(connection: try openDatabase(arguments))
         projector.batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
+        projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {

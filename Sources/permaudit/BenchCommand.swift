@@ -17,9 +17,10 @@ enum BenchCommand: Command {
                    the same rows into a plain table with the same indexes
           append   single-event appends through audit.append_events with 1 and 8 connections vs
                    a plain one-row INSERT per transaction (--events per connection, default 2000)
-          project  projector catch-up over --events events (default 1000000) vs a plain COPY of
-                   the same rows out of the log; projector memory; the three headline questions
-                   from the views vs ad-hoc SQL over the raw log
+          project  the projector over --events events (default 1000000) from an empty
+                   projection, once in one pass and once in batches, vs a plain COPY of the same
+                   rows out of the log; projector memory; the three headline questions from the
+                   views vs ad-hoc SQL over the raw log
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
           dashboards

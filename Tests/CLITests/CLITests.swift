@@ -210,6 +210,24 @@ final class ProjectCommandTests: XCTestCase {
         var random = RandomEvents(seed: 11)
         let events = random.events(attempts: 3000, subjects: 300)
         try TestDatabase.append(events, to: db, chunk: 1000)
+        // The one-pass build of the empty projection is one transaction: killed while the server
+        // runs it, it leaves the projection empty.
+        let onePass = Process()
+        onePass.executableURL = CLITests.binary
+        onePass.arguments = ["project", "--once"]
+        onePass.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
+        onePass.standardOutput = FileHandle.nullDevice
+        onePass.standardError = FileHandle.nullDevice
+        let building = "select count(*) from pg_stat_activity where state = 'active' and query like '%build_from_log%' and pid <> pg_backend_pid()"
+        try onePass.run()
+        while try db.query(building).scalar(Int.self) == 0 && onePass.isRunning { usleep(2_000) }
+        kill(onePass.processIdentifier, SIGKILL)
+        onePass.waitUntilExit()
+        while try db.query(building).scalar(Int.self) > 0 { usleep(10_000) }  // the server notices at the end of the statement
+        XCTAssertEqual(onePass.terminationReason, .uncaughtSignal, "killed during the one-pass build")
+        XCTAssertEqual(try db.query("select count(*) from projection.attempts").scalar(Int.self), 0)
+        XCTAssertEqual(try db.query("select position from projection.checkpoint").scalar(Int.self), 0)
+
         var kills = 0
         var generator = RandomEvents.Generator(seed: 3)
         for _ in 0..<6 {

@@ -26,6 +26,7 @@ final class RoleMatrixTests: XCTestCase {
             ("delete from the log", "delete from audit.events", []),
             ("truncate the log", "truncate audit.events", []),
             ("run a projection batch", "select * from projection.apply_batch(10)", ["permaudit_projector"]),
+            ("build an empty projection in one pass", "select * from projection.build_from_log()", ["permaudit_projector"]),
             ("write projection tables", "delete from projection.outcomes_daily", []),
             ("read projection state", "select count(*) from projection.attempts", ["permaudit_auditor"]),
             ("read the analytics views", "select count(*) from analytics.permission_outcomes_daily", ["permaudit_analyst", "permaudit_auditor"]),

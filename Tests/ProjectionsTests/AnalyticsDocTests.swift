@@ -43,7 +43,8 @@ final class AnalyticsDocTests: XCTestCase {
         }
         for forbidden in ["select * from audit.events limit 1", "select * from audit.subject_streams limit 1",
                           "select * from projection.attempts limit 1", "select * from projection.outcomes_daily limit 1",
-                          "select * from audit.append_events('[]')", "select * from projection.apply_batch(1)"] {
+                          "select * from audit.append_events('[]')", "select * from projection.apply_batch(1)",
+                          "select * from projection.build_from_log()"] {
             XCTAssertThrowsError(try db.query(forbidden), forbidden) { error in
                 XCTAssertEqual((error as? PostgresError)?.code, .insufficientPrivilege, "\(forbidden): \(error)")
             }

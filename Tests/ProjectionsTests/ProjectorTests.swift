@@ -17,6 +17,7 @@ final class ProjectorTests: XCTestCase {
             let db = try Connection(url: url)
             let log = EventLog(connection: db)
             let projector = Projector(connection: try Connection(url: url))
+            projector.buildsEmptyProjectionInOnePass = false  // batches only; the rebuild below is one pass
             var random = RandomEvents(seed: seed)
             var events = random.events(attempts: 250, subjects: 40)
             events.shuffle(using: &random.generator)  // late and out of order
@@ -35,33 +36,56 @@ final class ProjectorTests: XCTestCase {
             XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed)")
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.permission_outcomes_daily").scalar(Int.self), 5)
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.experiment_arms").scalar(Int.self), 1)
-            // A rebuild gives the same numbers.
-            let before = try TestDatabase.analyticsSnapshot(db)
-            try projector.rebuild()
-            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db), before, "seed \(seed)")
+            // A rebuild gives the same numbers and the same stored states, in one pass
+            // (projection.build_from_log) and in batches.
+            let before = try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db)
+            projector.buildsEmptyProjectionInOnePass = true
+            XCTAssertEqual(try projector.rebuild().batches, 1, "one pass")
+            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), one-pass rebuild")
+            XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed), one-pass rebuild")
+            projector.buildsEmptyProjectionInOnePass = false
+            XCTAssertGreaterThan(try projector.rebuild().batches, 1)
+            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), rebuild in batches")
         }
     }
 
+    /// Every row of the projection's state tables (those without count rows that can fall to zero).
+    static func stateRows(_ db: Connection) throws -> [String] {
+        var rows: [String] = []
+        for table in ["attempts", "permission_state", "stream_clock", "events_daily", "intake_minutely", "intake_hourly", "checkpoint"] {
+            let columns = table == "checkpoint" ? "x.transaction_id, x.position, x.events_projected" : "x.*"
+            rows += try db.query("select '\(table) ' || row(\(columns))::text from projection.\(table) x order by 1").column(as: String.self)
+        }
+        return rows
+    }
+
+    /// Both ways to project an empty projection (one pass, batches) stop below a transaction
+    /// that is still open, and project its event once after it commits.
     func testAnEventCommittedLateIsProjectedOnceAfterItCommits() throws {
-        let db = try Connection(url: url)
-        let holder = try Connection(url: url)
-        let projector = Projector(connection: try Connection(url: url))
-        let attempt = UUID()
-        try holder.execute("BEGIN")
-        // The prompt of an attempt is appended in a transaction that stays open...
-        // (Another install's stream: appends to the same stream wait for the open transaction.)
-        try EventLog(connection: holder).append([EventFixtures.event(type: "permission.prompted", subject: "held", attempt: attempt, overrides: ["attributes": "{}"])])
-        // ...while its answer and other events commit.
-        try EventLog(connection: db).append([EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:28Z", attempt: attempt),
-                                             EventFixtures.event(type: "permission.prompted", attempt: UUID(), overrides: ["attributes": "{}"])])
-        XCTAssertEqual(try projector.catchUp().events, 0, "nothing is read past the open transaction")
-        try holder.execute("COMMIT")
-        XCTAssertEqual(try projector.catchUp().events, 3)
-        XCTAssertEqual(try projector.catchUp().events, 0)
-        let row = try db.query("select sum(prompted)::int, sum(denied)::int from analytics.permission_outcomes_daily").decode((Int, Int).self)
-        XCTAssertEqual(row.first?.0, 2)
-        XCTAssertEqual(row.first?.1, 1)
-        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+        for onePass in [true, false] {
+            let url = try TestDatabase.create()
+            defer { TestDatabase.drop(url) }
+            let db = try Connection(url: url)
+            let holder = try Connection(url: url)
+            let projector = Projector(connection: try Connection(url: url))
+            projector.buildsEmptyProjectionInOnePass = onePass
+            let attempt = UUID()
+            try holder.execute("BEGIN")
+            // The prompt of an attempt is appended in a transaction that stays open...
+            // (Another install's stream: appends to the same stream wait for the open transaction.)
+            try EventLog(connection: holder).append([EventFixtures.event(type: "permission.prompted", subject: "held", attempt: attempt, overrides: ["attributes": "{}"])])
+            // ...while its answer and other events commit.
+            try EventLog(connection: db).append([EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:28Z", attempt: attempt),
+                                                 EventFixtures.event(type: "permission.prompted", attempt: UUID(), overrides: ["attributes": "{}"])])
+            XCTAssertEqual(try projector.catchUp().events, 0, "nothing is read past the open transaction (one pass: \(onePass))")
+            try holder.execute("COMMIT")
+            XCTAssertEqual(try projector.catchUp().events, 3)
+            XCTAssertEqual(try projector.catchUp().events, 0)
+            let row = try db.query("select sum(prompted)::int, sum(denied)::int from analytics.permission_outcomes_daily").decode((Int, Int).self)
+            XCTAssertEqual(row.first?.0, 2)
+            XCTAssertEqual(row.first?.1, 1)
+            XCTAssertEqual(try ProjectionOracle.differences(db), [])
+        }
     }
 
     func testALateEarlierEventMovesTheAttempt() throws {
