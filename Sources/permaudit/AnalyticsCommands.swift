@@ -46,7 +46,8 @@ enum ProjectCommand: Command {
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
             let seconds = Date().timeIntervalSince(started)
-            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in \(progress.batches) batches, "
+            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in \(progress.batches) "
+                + (progress.batches == 1 ? "batch, " : "batches, ")
                 + String(format: "%.1f s", seconds) + ", checkpoint \(progress.checkpoint)"
         }
         let interactive = isatty(2) == 1

@@ -138,7 +138,7 @@ final class ProjectorTests: XCTestCase {
         let expected = try db.query(total).scalar(Int.self)
         XCTAssertGreaterThan(expected, 500)
 
-        // Analysts read while a rebuild (in small batches) and a follower run.
+        // Analysts read while two rebuilds (in one pass, then in small batches) and a follower run.
         let url = self.url
         let observed = LockedValues<Int>()
         let done = LockedFlag()
@@ -156,6 +156,8 @@ final class ProjectorTests: XCTestCase {
         }
         followThread.start()
         let rebuilder = Projector(connection: try Connection(url: url))
+        try rebuilder.rebuild()
+        rebuilder.buildsEmptyProjectionInOnePass = false
         rebuilder.batchSize = 97
         try rebuilder.rebuild()
         try EventLog(connection: db).append([EventFixtures.event(type: "permission.prompted", attempt: UUID(), overrides: ["attributes": "{}"])])
