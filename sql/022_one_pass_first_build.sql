@@ -14,13 +14,15 @@
 -- of those states, the permission state is step 5 with no stored state, the late-event test is
 -- step 6 with no clock. The tests compare both paths with an independent recomputation.
 --
--- Its three statements read the log separately; each takes only events of transactions below the
+-- Its statements read the log separately; each takes only events of transactions below the
 -- horizon taken at the start, which had all ended then, so every statement sees the same events.
--- It does nothing (and returns zero events) unless the checkpoint is at the start of the log:
--- another projector may have built the projection while this one waited for the checkpoint row.
+-- It does nothing (and returns zero events) unless the checkpoint is at the start of the log,
+-- which it first reads without a lock (the projector calls it before every catch-up, and a
+-- follower catches up on every notification), then again under the row lock: another projector
+-- may have built the projection while this one waited for it.
 
 create function projection.build_from_log()
-returns table (events integer, attempts integer, transaction_id xid8, "position" bigint)
+returns table (events bigint, attempts bigint, transaction_id xid8, "position" bigint)
 language plpgsql
 security definer
 set search_path = pg_catalog, pg_temp
@@ -30,13 +32,18 @@ as $$
 declare
     cp record;
     horizon xid8;
-    n_events integer;
-    n_attempts integer;
+    n_events bigint;
+    n_attempts bigint;
 begin
+    select c.transaction_id, c.position into cp from projection.checkpoint c where c.name = 'analytics';
+    if (cp.transaction_id, cp.position) is distinct from ('0'::xid8, 0::bigint) then
+        return query select 0::bigint, 0::bigint, cp.transaction_id, cp.position;
+        return;
+    end if;
     select c.transaction_id, c.position into cp
       from projection.checkpoint c where c.name = 'analytics' for update;
-    if (cp.transaction_id, cp.position) <> ('0'::xid8, 0::bigint) then
-        return query select 0, 0, cp.transaction_id, cp.position;
+    if (cp.transaction_id, cp.position) is distinct from ('0'::xid8, 0::bigint) then
+        return query select 0::bigint, 0::bigint, cp.transaction_id, cp.position;
         return;
     end if;
     horizon := pg_snapshot_xmin(pg_current_snapshot());
@@ -242,7 +249,7 @@ begin
      order by e.transaction_id desc, e.position desc
      limit 1;
     if not found then
-        return query select 0, 0, '0'::xid8, 0::bigint;
+        return query select 0::bigint, 0::bigint, '0'::xid8, 0::bigint;
         return;
     end if;
     select coalesce(sum(d.events), 0) into n_events from projection.events_daily d;
@@ -254,7 +261,7 @@ begin
 end;
 $$;
 comment on function projection.build_from_log() is
-    'The first build of an empty projection: every table computed from the log in one pass each, up to the oldest running transaction. Does nothing unless the checkpoint is at the start.';
+    'The first build of an empty projection: every table computed from the log in four reads of it, up to the oldest running transaction. Does nothing unless the checkpoint is at the start.';
 
 alter function projection.build_from_log() owner to permaudit_owner;
 revoke execute on function projection.build_from_log() from public;

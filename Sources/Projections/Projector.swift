@@ -5,7 +5,9 @@ import Postgres
 /// Turns the log into the analytics projections, incrementally and in committed order.
 ///
 /// Each batch is one transaction running `projection.apply_batch`: the projection writes and the
-/// checkpoint commit together, so a crash at any instant loses or double-counts nothing.
+/// checkpoint commit together, so a crash at any instant loses or double-counts nothing. An empty
+/// projection is first built in one pass over the log (`projection.build_from_log`), also one
+/// transaction.
 ///
 ///     let projector = Projector(connection: try Database.connect())
 ///     try projector.acquire()          // only one projector at a time
@@ -81,8 +83,8 @@ public final class Projector {
     /// `shouldStop` is checked between batches.
     @discardableResult
     public func catchUp(shouldStop: () -> Bool = { false }, onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
+        // In an explicit transaction: a client that dies during the build never commits it.
         let built = buildsEmptyProjectionInOnePass ? try connection.transaction { try buildFromLog() } : Progress()
-        if built.events > 0 { onBatch(built) }
         return try drain(from: built, shouldStop: shouldStop, onBatch: onBatch) { try step() }
     }
 
@@ -94,15 +96,16 @@ public final class Projector {
         try connection.transaction {
             try connection.query("select projection.reset()")
             let built = buildsEmptyProjectionInOnePass ? try buildFromLog() : Progress()
-            if built.events > 0 { onBatch(built) }
             return try drain(from: built, shouldStop: { false }, onBatch: onBatch) { try applyBatch() }
         }
     }
 
-    /// Runs `batch` until it finds no events (or `shouldStop`), adding up the progress.
+    /// Runs `batch` until it finds no events (or `shouldStop`), adding up the progress from
+    /// `start` (what the one-pass build did).
     private func drain(from start: Progress, shouldStop: () -> Bool, onBatch: (Progress) -> Void,
                        _ batch: () throws -> Progress) throws -> Progress {
         var total = start
+        if start.events > 0 { onBatch(start) }
         while !shouldStop() {
             let done = try batch()
             total.checkpoint = done.checkpoint
@@ -149,6 +152,7 @@ public final class Projector {
         try progress(of: "select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [batchSize])
     }
 
+    /// The one-pass build; it projects nothing unless the projection is empty.
     private func buildFromLog() throws -> Progress {
         try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
     }

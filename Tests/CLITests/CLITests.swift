@@ -224,14 +224,18 @@ final class ProjectCommandTests: XCTestCase {
         onePass.standardError = FileHandle.nullDevice
         let building = "select count(*) from pg_stat_activity where query like '%build_from_log%' and pid <> pg_backend_pid()"
         try onePass.run()
+        let deadline = Date().addingTimeInterval(60)
         while try db.query(building + " and wait_event_type = 'Lock'").scalar(Int.self) == 0 {
-            guard onePass.isRunning else { return XCTFail("the projector ended before its build waited for the lock") }
+            guard onePass.isRunning, Date() < deadline else { return XCTFail("the projector's build did not wait for the lock") }
             usleep(5_000)
         }
         kill(onePass.processIdentifier, SIGKILL)
         onePass.waitUntilExit()
         try blocker.execute("rollback")
-        while try db.query(building).scalar(Int.self) > 0 { usleep(10_000) }  // the server ends the statement, then finds the client gone
+        while try db.query(building).scalar(Int.self) > 0 {  // the server ends the statement, then finds the client gone
+            guard Date() < deadline else { return XCTFail("the killed projector's build did not end") }
+            usleep(10_000)
+        }
         XCTAssertEqual(try db.query("select count(*) from projection.attempts").scalar(Int.self), 0, "nothing of the killed build is stored")
         XCTAssertEqual(try db.query("select position from projection.checkpoint").scalar(Int.self), 0)
 
