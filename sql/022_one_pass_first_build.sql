@@ -36,12 +36,11 @@ declare
     n_attempts bigint;
 begin
     select c.transaction_id, c.position into cp from projection.checkpoint c where c.name = 'analytics';
-    if (cp.transaction_id, cp.position) is distinct from ('0'::xid8, 0::bigint) then
-        return query select 0::bigint, 0::bigint, cp.transaction_id, cp.position;
-        return;
+    if (cp.transaction_id, cp.position) = ('0'::xid8, 0::bigint) then
+        -- empty: lock the row and read it again (another projector may have built meanwhile)
+        select c.transaction_id, c.position into cp
+          from projection.checkpoint c where c.name = 'analytics' for update;
     end if;
-    select c.transaction_id, c.position into cp
-      from projection.checkpoint c where c.name = 'analytics' for update;
     if (cp.transaction_id, cp.position) is distinct from ('0'::xid8, 0::bigint) then
         return query select 0::bigint, 0::bigint, cp.transaction_id, cp.position;
         return;
@@ -51,7 +50,8 @@ begin
     -- 1. Attempts: apply_batch's fold over every event of each attempt, stored; 2. the count
     --    tables, each attempt counted once by its state. The attempts are first counted by
     --    everything a count depends on (states, and arms for the experiment keys), so that each
-    --    count table sums a few groups instead of every attempt.
+    --    count table sums a few groups instead of every attempt; the arm and picker tables by
+    --    every dimension are summed from those, and the coarser arm and picker tables from them.
     with folded as (
         insert into projection.attempts
                (app, attempt, stream_key, first_at, first_pos, platform, os_major, app_version,
@@ -129,19 +129,8 @@ begin
                coalesce(sum(n) filter (where outcome = 'restricted'), 0)
           from states where prompted_dialog
          group by 1, 2, 3, 4, 5, 6, 7
-    ), priming as (
-        insert into projection.priming_daily
-               (day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied,
-                denied_at_dialog)
-        select day, app, platform, permission, case when pre_shown then 'primed' else 'unprimed' end,
-               sum(n), coalesce(sum(n) filter (where pre_shown and pre_accepted), 0), coalesce(sum(n) filter (where pre_shown and pre_declined), 0),
-               coalesce(sum(n) filter (where prompted_dialog), 0), coalesce(sum(n) filter (where outcome = 'granted'), 0),
-               coalesce(sum(n) filter (where outcome = 'limited'), 0), coalesce(sum(n) filter (where outcome = 'denied'), 0),
-               coalesce(sum(n) filter (where prompted_dialog and outcome = 'denied'), 0)
-          from states where permission_attempt
-         group by 1, 2, 3, 4, 5
     ), priming_by_dimension as (
-        insert into projection.priming_by_dimension_daily
+        insert into projection.priming_by_dimension_daily as d
                (day, app, platform, os_major, app_version, permission, flow, arm, attempts, accepted, declined, prompted,
                 granted, limited, denied, denied_at_dialog)
         select day, app, platform, os_major, app_version, permission, flow, case when pre_shown then 'primed' else 'unprimed' end,
@@ -151,17 +140,18 @@ begin
                coalesce(sum(n) filter (where prompted_dialog and outcome = 'denied'), 0)
           from states where permission_attempt
          group by 1, 2, 3, 4, 5, 6, 7, 8
-    ), experiments as (
-        insert into projection.experiments_daily
-               (day, app, platform, experiment, variant, attempts, prompted, granted, limited, denied, denied_at_dialog)
-        select day, app, platform, experiment, variant,
-               sum(n), coalesce(sum(n) filter (where prompted_dialog), 0), coalesce(sum(n) filter (where outcome = 'granted'), 0),
-               coalesce(sum(n) filter (where outcome = 'limited'), 0), coalesce(sum(n) filter (where outcome = 'denied'), 0),
-               coalesce(sum(n) filter (where prompted_dialog and outcome = 'denied'), 0)
-          from arms
+        returning d.*
+    ), priming as (
+        -- the coarser tables are sums of the finer ones
+        insert into projection.priming_daily
+               (day, app, platform, permission, arm, attempts, accepted, declined, prompted, granted, limited, denied,
+                denied_at_dialog)
+        select p.day, p.app, p.platform, p.permission, p.arm, sum(p.attempts), sum(p.accepted), sum(p.declined), sum(p.prompted),
+               sum(p.granted), sum(p.limited), sum(p.denied), sum(p.denied_at_dialog)
+          from priming_by_dimension p
          group by 1, 2, 3, 4, 5
     ), experiments_by_dimension as (
-        insert into projection.experiments_by_dimension_daily
+        insert into projection.experiments_by_dimension_daily as d
                (day, app, platform, os_major, app_version, permission, flow, experiment, variant,
                 attempts, prompted, granted, limited, denied, denied_at_dialog)
         select day, app, platform, os_major, app_version, permission, flow, experiment, variant,
@@ -170,19 +160,16 @@ begin
                coalesce(sum(n) filter (where prompted_dialog and outcome = 'denied'), 0)
           from arms
          group by 1, 2, 3, 4, 5, 6, 7, 8, 9
-    ), picker as (
-        insert into projection.picker_daily
-               (day, app, platform, os_major, app_version, flow,
-                picker_attempts, picker_completed, permission_attempts, full_access, limited_access)
-        select day, app, platform, os_major, app_version, flow,
-               coalesce(sum(n) filter (where picker_opened and not permission_attempt), 0),
-               coalesce(sum(n) filter (where picker_opened and not permission_attempt and picker_completed), 0),
-               coalesce(sum(n) filter (where permission_attempt), 0), coalesce(sum(n) filter (where permission_attempt and outcome = 'granted'), 0),
-               coalesce(sum(n) filter (where permission_attempt and outcome = 'limited'), 0)
-          from states where permission_attempt or picker_opened
-         group by 1, 2, 3, 4, 5, 6
+        returning d.*
+    ), experiments as (
+        insert into projection.experiments_daily
+               (day, app, platform, experiment, variant, attempts, prompted, granted, limited, denied, denied_at_dialog)
+        select x.day, x.app, x.platform, x.experiment, x.variant, sum(x.attempts), sum(x.prompted), sum(x.granted),
+               sum(x.limited), sum(x.denied), sum(x.denied_at_dialog)
+          from experiments_by_dimension x
+         group by 1, 2, 3, 4, 5
     ), picker_by_dimension as (
-        insert into projection.picker_by_dimension_daily
+        insert into projection.picker_by_dimension_daily as d
                (day, app, platform, os_major, app_version, permission, flow,
                 picker_attempts, picker_completed, permission_attempts, full_access, limited_access)
         select day, app, platform, os_major, app_version, permission, flow,
@@ -192,6 +179,15 @@ begin
                coalesce(sum(n) filter (where permission_attempt and outcome = 'limited'), 0)
           from states where permission_attempt or picker_opened
          group by 1, 2, 3, 4, 5, 6, 7
+        returning d.*
+    ), picker as (
+        insert into projection.picker_daily
+               (day, app, platform, os_major, app_version, flow,
+                picker_attempts, picker_completed, permission_attempts, full_access, limited_access)
+        select p.day, p.app, p.platform, p.os_major, p.app_version, p.flow, sum(p.picker_attempts), sum(p.picker_completed),
+               sum(p.permission_attempts), sum(p.full_access), sum(p.limited_access)
+          from picker_by_dimension p
+         group by 1, 2, 3, 4, 5, 6
     )
     select coalesce(sum(n), 0) into n_attempts from states;
 

@@ -46,9 +46,8 @@ enum ProjectCommand: Command {
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
             let seconds = Date().timeIntervalSince(started)
-            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in \(progress.batches) "
-                + (progress.batches == 1 ? "batch, " : "batches, ")
-                + String(format: "%.1f s", seconds) + ", checkpoint \(progress.checkpoint)"
+            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in "
+                + counted(progress.batches, "batch", "batches") + String(format: ", %.1f s", seconds) + ", checkpoint \(progress.checkpoint)"
         }
         let interactive = isatty(2) == 1
         let progressLine: (Projector.Progress) -> Void = { progress in

@@ -160,6 +160,11 @@ final class OutputBuffer {
     deinit { flush() }
 }
 
+/// "1 batch", "2 batches".
+func counted(_ count: Int, _ singular: String, _ plural: String) -> String {
+    "\(count) " + (count == 1 ? singular : plural)
+}
+
 let databaseOption = ("--database-url <url>", "PostgreSQL URL (default: $DATABASE_URL, else the embedded cluster in $PERMAUDIT_HOME).")
 
 /// The bytes the shell passed for the argument that `CommandLine.arguments` shows as `text`.

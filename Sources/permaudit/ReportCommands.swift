@@ -109,7 +109,7 @@ enum DemoCommand: Command {
         do { try projector.acquire(wait: false) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         let progress = try projector.catchUp()
         try projector.release()
-        step("projected \(progress.events) events in \(progress.batches) " + (progress.batches == 1 ? "batch" : "batches"))
+        step("projected \(progress.events) events in " + counted(progress.batches, "batch", "batches"))
 
         let report = try Report.build(db, filters: StatsQuery())
         let written = try ReportWriter(report).write(ReportWriter.Format.allCases, to: out)
