@@ -9,11 +9,21 @@ public struct ResultTable: Sendable {
         case number(Double)
         case null
 
+        /// For people: numbers to 4 decimals.
         public var plain: String {
+            switch self {
+            case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
+            default: return exact
+            }
+        }
+
+        /// For programs (CSV): numbers with every digit (the shortest text that reads back as
+        /// the same double), so that a p-value of 2e-18 is not written as 0.
+        public var exact: String {
             switch self {
             case let .text(s): return s
             case let .integer(i): return String(i)
-            case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
+            case let .number(d): return d.isFinite ? String(d) : ""
             case .null: return ""
             }
         }
@@ -24,9 +34,9 @@ public struct ResultTable: Sendable {
                 var out = ""
                 JSONValue.writeQuoted(s, to: &out)
                 return out
-            case let .integer(i): return String(i)
-            case let .number(d): return d.isFinite ? String(format: "%.6g", d) : "null"
             case .null: return "null"
+            case let .number(d) where !d.isFinite: return "null"
+            default: return exact
             }
         }
     }
@@ -56,15 +66,8 @@ public struct ResultTable: Sendable {
 
     public enum Format: String, CaseIterable, Sendable { case table, csv, json }
 
-    public func render(_ format: Format) -> String {
-        switch format {
-        case .table: return text
-        case .csv: return csv
-        case .json: return json
-        }
-    }
-
-    var text: String {
+    /// Aligned columns under the title, for a terminal.
+    public var text: String {
         let cells = rows.map { $0.map(\.plain) }
         let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
         func line(_ values: [String]) -> String {
@@ -81,14 +84,25 @@ public struct ResultTable: Sendable {
         func field(_ s: String) -> String {
             s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
         }
-        return ([columns.map(field).joined(separator: ",")] + rows.map { $0.map { field($0.plain) }.joined(separator: ",") })
+        return ([columns.map(field).joined(separator: ",")] + rows.map { $0.map { field($0.exact) }.joined(separator: ",") })
             .joined(separator: "\n") + "\n"
     }
 
-    var json: String {
+    /// `{"title": ..., "rows": [{column: value, ...}, ...]}` on one line.
+    public var json: String {
         let objects = rows.map { row in
             "{" + zip(columns, row).map { "\(Cell.text($0).json):\($1.json)" }.joined(separator: ",") + "}"
         }
-        return "{\"title\":\(Cell.text(title).json),\"rows\":[" + objects.joined(separator: ",") + "]}\n"
+        return "{\"title\":\(Cell.text(title).json),\"rows\":[" + objects.joined(separator: ",") + "]}"
+    }
+
+    /// Several tables as one document: aligned text tables (and CSV blocks) separated by an
+    /// empty line; for JSON, one array of the tables' objects.
+    public static func render(_ tables: [ResultTable], _ format: Format) -> String {
+        switch format {
+        case .table: return tables.map(\.text).joined(separator: "\n")
+        case .csv: return tables.map(\.csv).joined(separator: "\n")
+        case .json: return "[" + tables.map(\.json).joined(separator: ",") + "]\n"
+        }
     }
 }

@@ -73,7 +73,9 @@ public enum Statistics {
             differenceInterval: Interval(difference - z * se, difference + z * se),
             relativeLift: p0 > 0 ? p1 / p0 - 1 : nil,
             z: statistic,
-            pValue: statistic.map { 2 * (1 - normalCDF(abs($0))) }
+            // 2(1 - Phi(|z|)) written as erfc(|z| / sqrt 2): the subtraction would lose every
+            // digit of a small p-value (1 - Phi(8.8) is 0 in doubles).
+            pValue: statistic.map { erfc(abs($0) / 2.0.squareRoot()) }
         )
     }
 }

@@ -14,13 +14,13 @@ struct DisplayTable {
             let base = Self.intervalBase(name)
             if let low = table.column(base + "_low"), let high = table.column(base + "_high") {
                 consumed.formUnion([base + "_low", base + "_high"])
-                let signed = name.hasPrefix("difference")
+                // A difference of two rates is in percentage points, not a percentage of one.
+                let show: (Double) -> String = name.hasPrefix("difference") ? { Self.points($0) } : { Self.percent($0) }
                 plan.append((Self.header(name), { row in
                     guard let value = row[index].double else { return "–" }
-                    let interval = (row[low].double, row[high].double)
-                    let text = Self.percent(value, signed: signed)
-                    guard let lo = interval.0, let hi = interval.1 else { return text }
-                    return "\(text) (\(Self.percent(lo, signed: signed)) to \(Self.percent(hi, signed: signed)))"
+                    let text = show(value)
+                    guard let lo = row[low].double, let hi = row[high].double else { return text }
+                    return "\(text) (\(show(lo)) to \(show(hi)))"
                 }))
             } else if Self.isProportion(name) {
                 plan.append((Self.header(name), { row in row[index].double.map { Self.percent($0, signed: name == "lift") } ?? "–" }))
@@ -60,6 +60,12 @@ struct DisplayTable {
         case "too_small": return "too small"
         default: return name.replacingOccurrences(of: "_", with: " ")
         }
+    }
+
+    /// A difference of rates in percentage points, signed: "+4.2 pp".
+    static func points(_ value: Double) -> String {
+        let text = String(format: "%.1f pp", 100 * value)
+        return value > 0 ? "+" + text : text
     }
 
     static func percent(_ value: Double, signed: Bool = false) -> String {

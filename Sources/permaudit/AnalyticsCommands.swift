@@ -115,7 +115,7 @@ enum StatsCommand: Command {
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
         ("--platform <platform>", "Only ios or only android."),
         ("--from <date>", "First attempt day (YYYY-MM-DD)."), ("--to <date>", "Last attempt day (YYYY-MM-DD)."),
-        ("--format <format>", "table (default), csv or json."), databaseOption,
+        ("--format <format>", "table (default), csv or json. priming has two tables (arms, experiments): csv prints them as two blocks separated by an empty line, json as one array of {title, rows}."), databaseOption,
     ]
     static let valueOptions: Set<String> = ["--by", "--app", "--platform", "--from", "--to", "--format", "--database-url"]
 
@@ -143,7 +143,7 @@ enum StatsCommand: Command {
         case "priming": tables = try Stats.priming(db, query)
         default: tables = [try Stats.picker(db, query)]
         }
-        print(tables.map { $0.render(format) }.joined(separator: format == .table ? "\n" : ""), terminator: "")
+        print(ResultTable.render(tables, format), terminator: "")
         return 0
     }
 }

@@ -139,7 +139,7 @@ enum AuditCommand: Command {
                 let findings = try Findings.all(db, app: arguments.value("--app"))
                 try SubjectRights.recordAccess(db, command: "audit permissions", details: ["app": arguments.value("--app") ?? "all",
                                                                                            "findings": "\(findings.count)"])
-                print(format == "json" ? Findings.json(findings) : findingsTable(findings).render(.table), terminator: "")
+                print(format == "json" ? Findings.json(findings) : findingsTable(findings).text, terminator: "")
                 return 0
             default:
                 throw UsageError(message: "unknown audit action '\(([action] + rest).joined(separator: " "))'", usage: usage)

@@ -28,6 +28,16 @@ final class StatisticsTests: XCTestCase {
         XCTAssertEqual(try XCTUnwrap(comparison.pValue), 0.008045081368196568, accuracy: 1e-9)
     }
 
+    /// A very small p-value keeps its digits (2(1 - Phi(z)) computed by subtraction gives 0 here).
+    func testSmallPValuesKeepTheirPrecision() throws {
+        let strong = try XCTUnwrap(Statistics.compare(Proportion(900, of: 1000), baseline: Proportion(500, of: 1000)))
+        XCTAssertEqual(try XCTUnwrap(strong.z), 19.518001458970662, accuracy: 1e-9)
+        let p = try XCTUnwrap(strong.pValue)
+        XCTAssertEqual(p, 7.719934594295977e-85, accuracy: 7.719934594295977e-85 * 1e-9)
+        let clear = try XCTUnwrap(Statistics.compare(Proportion(150, of: 200), baseline: Proportion(100, of: 200)))
+        XCTAssertEqual(try XCTUnwrap(clear.pValue), 2.4175638811190257e-07, accuracy: 2.4175638811190257e-07 * 1e-9)
+    }
+
     func testDegenerateCasesGiveNoNaN() throws {
         XCTAssertNil(Statistics.compare(Proportion(0, of: 0), baseline: Proportion(1, of: 2)))
         let zeroBase = try XCTUnwrap(Statistics.compare(Proportion(3, of: 10), baseline: Proportion(0, of: 10)))

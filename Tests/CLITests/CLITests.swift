@@ -288,6 +288,10 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(priming.stdout.contains("\"variant\":\"treatment\""), priming.stdout)
         XCTAssertTrue(priming.stdout.contains("\"p_value\":"), priming.stdout)
         XCTAssertFalse(priming.stdout.contains("nan"))
+        // One JSON document: an array of the two tables (arms, experiments).
+        let document = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(priming.stdout.utf8)) as? [[String: Any]])
+        XCTAssertEqual(document.count, 2)
+        XCTAssertEqual((document[0]["rows"] as? [[String: Any]])?.compactMap { $0["arm"] as? String }.sorted(), ["primed", "unprimed"])
 
         let picker = try CLITests.run(["stats", "picker", "--by", "week,flow", "--from", "2026-01-01", "--to", "2030-12-31"], url: url)
         XCTAssertEqual(picker.status, 0, picker.stderr)
@@ -300,6 +304,9 @@ final class ProjectCommandTests: XCTestCase {
         let primingBy = try CLITests.run(["stats", "priming", "--by", "osMajor,flow", "--format", "csv"], url: url)
         XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,arm,attempts"), primingBy.stdout)
         XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
+        let blocks = primingBy.stdout.components(separatedBy: "\n\n")
+        XCTAssertEqual(blocks.count, 2, primingBy.stdout)
+        XCTAssertTrue(blocks[1].hasPrefix("osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
         // Picker by permission: picker attempts form the group without one; the groups add up.
         let byPermission = try CLITests.run(["stats", "picker", "--by", "permission", "--format", "csv"], url: url)
         XCTAssertEqual(byPermission.status, 0, byPermission.stderr)
