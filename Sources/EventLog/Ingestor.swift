@@ -98,7 +98,7 @@ public final class Ingestor {
             if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
             summary.lines += 1
             if bytes.count > LineReader.maxLineBytes {
-                try reject(input, number, "event: must be at most 16 KiB of JSON", bytes)
+                try reject(input, number, "event: " + EventValidator.longLineRule, bytes)
                 continue
             }
             let text: String

@@ -38,6 +38,9 @@ public struct EventValidator: Sendable {
     /// Longer lines are refused without parsing: even written with every character as a
     /// `\uXXXX` escape, an event of 16 KiB of compact JSON is shorter.
     public static let maxLineBytes = 16 * maxEventBytes
+    /// The rule reported for such a line (whitespace padding, which JSON allows, can make a valid
+    /// event's line that long; the tools still refuse it, to keep their memory bounded).
+    public static let longLineRule = "line longer than 256 KiB, not read (an event is at most 16 KiB of compact JSON)"
     public static let maxFutureSkew: TimeInterval = 24 * 3600
     public static let topLevelFields: Set<String> = [
         "eventId", "type", "occurredAt", "app", "subject", "platform", "osVersion", "appVersion",
@@ -59,7 +62,7 @@ public struct EventValidator: Sendable {
     public func validate(bytes: [UInt8]) -> Result<ValidatedEvent, EventProblem> {
         // A line far over the size limit is refused before parsing.
         if bytes.count > Self.maxLineBytes {
-            return .failure(EventProblem(field: "event", rule: "must be at most 16 KiB of JSON"))
+            return .failure(EventProblem(field: "event", rule: Self.longLineRule))
         }
         let parsed: Result<JSONValue, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
             do { return .success(try JSONParser.parse(bytes: buffer)) } catch {
@@ -243,8 +246,8 @@ public struct EventValidator: Sendable {
             case .boolean:
                 guard case .bool = value else { throw EventProblem(field: path, rule: "must be a boolean") }
             case let .integer(minimum):
-                guard case let .number(text) = value, let number = Double(text), number == number.rounded(),
-                      number >= Double(minimum), number <= 2_147_483_647 else {
+                guard case let .number(text) = value, let number = Self.exactInteger(text),
+                      number >= minimum, number <= 2_147_483_647 else {
                     throw EventProblem(field: path, rule: "must be an integer >= \(minimum)")
                 }
             case let .oneOf(choices):
@@ -294,6 +297,32 @@ public struct EventValidator: Sendable {
         text.utf8.allSatisfy { b in
             (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2E || b == 0x5F || b == 0x2D
         }
+    }
+
+    /// The integer a JSON number literal denotes exactly (`3`, `3.0`, `1e2`, `-0`), nil when it has a
+    /// fraction (`0.99999999999999999999`, which a `Double` would round to 1) or more than 12
+    /// digits: decided on the decimal digits, as PostgreSQL's `numeric` does.
+    static func exactInteger(_ literal: String) -> Int? {
+        var text = Substring(literal)
+        let negative = text.first == "-"
+        if negative { text = text.dropFirst() }
+        var exponent = 0
+        if let e = text.firstIndex(where: { $0 == "e" || $0 == "E" }) {
+            guard let value = Int(text[text.index(after: e)...].drop(while: { $0 == "+" })) else { return nil }
+            exponent = value
+            text = text[..<e]
+        }
+        let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let digits = Array(parts[0] + (parts.count > 1 ? parts[1] : ""))
+        guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber) else { return nil }
+        // Where the decimal point falls among the digits once the exponent is applied.
+        let point = parts[0].count + max(min(exponent, 1_000), -1_000)
+        guard digits.dropFirst(max(point, 0)).allSatisfy({ $0 == "0" }) else { return nil }
+        let whole = digits.prefix(max(point, 0)).drop(while: { $0 == "0" })
+        let padding = max(point - digits.count, 0)
+        guard whole.count + (whole.isEmpty ? 0 : padding) <= 12 else { return nil }
+        let magnitude = Int(String(whole) + String(repeating: "0", count: whole.isEmpty ? 0 : padding)) ?? 0
+        return negative ? -magnitude : magnitude
     }
 
     /// osMajor: the integer before the first '.' (1-9 digits, then '.' or the end), read from the

@@ -128,6 +128,14 @@ final class AppendTests: XCTestCase {
         for type in EventType.allCases {
             XCTAssertNil(try databaseProblem(EventFixtures.event(type: type.rawValue)), type.rawValue)
         }
+        // Integer attributes are decided on the decimal digits (a Double reads 0.99999999999999999999 as 1).
+        for (count, valid) in [("3.0", true), ("1e2", true), ("20e-1", true), ("0.99999999999999999999", false), ("1.0000000000000001", false),
+                               ("2147483647", true), ("2147483648", false), ("1e400", false), ("-0", false), ("0e5", false)] {
+            let json = EventFixtures.event(type: "picker.completed", overrides: ["attributes": "{\"selectedCount\":\(count)}"])
+            let problem = valid ? nil : "attributes.selectedCount: must be an integer >= 1"
+            XCTAssertEqual(validator.problem(line: json), problem, count)
+            XCTAssertEqual(try databaseProblem(json), problem, count)
+        }
         // osVersion: osMajor is the integer before the first '.', whatever follows it.
         let badVersion = "osVersion: must match a major version of 1-9 digits, then a dot or the end, e.g. 17.4.1 or 14"
         for (version, problem) in [("17.4.1-beta", nil), ("17.4.1 (21E236)", nil), ("14", nil), ("17.", nil), ("1.\u{0301}", nil), ("14 beta", badVersion),
