@@ -65,7 +65,9 @@ public struct EventValidator: Sendable {
             return .failure(EventProblem(field: "event", rule: Self.longLineRule))
         }
         let parsed: Result<JSONValue, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
-            do { return .success(try JSONParser.parse(bytes: buffer)) } catch {
+            do { return .success(try JSONParser.parse(bytes: buffer)) } catch let error as JSONSyntaxError where error.isTooDeep {
+                return .failure(EventProblem(field: "event", rule: error.reason))  // well-formed, but over the limit
+            } catch {
                 return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
             }
         }

@@ -38,6 +38,8 @@ public struct JSONSyntaxError: Error, Equatable, Sendable, CustomStringConvertib
     public var offset: Int
     public var reason: String
     public var description: String { "\(reason) at byte \(offset + 1)" }
+    /// The text nests deeper than the parser's limit (a limit of the contract, not a syntax error).
+    public var isTooDeep: Bool { reason.hasPrefix("nesting deeper than") }
 }
 
 /// A strict RFC 8259 parser over UTF-8 bytes (throws `JSONSyntaxError`): rejects invalid UTF-8, lone surrogates,
