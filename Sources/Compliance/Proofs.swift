@@ -40,7 +40,12 @@ public struct InclusionProof: Sendable {
             throw ComplianceError("the audit path does not fit a tree of \(seal.eventCount) leaves")
         }
         guard root == seal.merkleRoot else { throw ComplianceError("the event does not lead to the seal's Merkle root") }
-        guard canonical.contains("\"\(eventId.uuidString.lowercased())\"") else { throw ComplianceError("the canonical form is not this event's") }
+        // The canonical form (what the leaf hashes) is [position, transaction id, event id, ...]:
+        // the proof's eventId and position must be the ones it holds, not only somewhere in it.
+        guard case let .array(fields)? = try? JSONParser.parse(canonical, maxDepth: 24), fields.count > 2,
+              fields[0] == .number(String(position)), fields[2] == .string(eventId.uuidString.lowercased()) else {
+            throw ComplianceError("the canonical form is not that of the event and position the proof names")
+        }
     }
 
     public var json: String {
@@ -78,6 +83,7 @@ public struct InclusionProof: Sendable {
             return LogPoint(transactionId: t, position: p)
         }
         guard value["format"]?.stringValue == "permaudit.inclusion-proof" else { throw ComplianceError("not a permaudit inclusion proof") }
+        guard value["version"] == .number("1") else { throw ComplianceError("proof: version must be 1 (the only one this tool reads)") }
         let event = value["event"], s = value["seal"]
         guard let id = UUID(uuidString: try string(event?["eventId"], "event.eventId")) else { throw ComplianceError("proof: event.eventId is not a UUID") }
         guard case let .array(pathItems)? = value["path"] else { throw ComplianceError("proof: path is missing") }

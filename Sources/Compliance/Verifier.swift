@@ -48,7 +48,11 @@ public struct Verifier {
             if unsealed > 0 {
                 out.append("unsealed tail: \(unsealed) events from position \(firstUnsealed ?? 0) are not sealed yet (run 'permaudit audit seal')")
             }
-            out.append(intact ? "result: intact" : "result: TAMPERED (\(failures.count) failures)")
+            if !intact {
+                out.append("result: TAMPERED (\(failures.count) failures)")
+            } else {
+                out.append(sealsChecked == 0 ? "result: not verified (no seal)" : "result: intact")
+            }
             return out
         }
     }

@@ -87,7 +87,8 @@ enum AuditCommand: Command {
                 } catch { printError("Error: \(error)"); return 2 }
                 let result = try Verifier(publicKey: key).verify(url: url, positions: range)
                 try SubjectRights.recordAccess(db, command: "audit verify", details: [
-                    "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all", "result": result.intact ? "intact" : "tampered",
+                    "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all",
+                    "result": !result.intact ? "tampered" : result.sealsChecked == 0 ? "not verified" : "intact",
                     "failures": "\(result.failures.count)",
                 ])
                 print(result.lines.joined(separator: "\n"))

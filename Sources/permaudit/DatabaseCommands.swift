@@ -145,7 +145,9 @@ enum IngestCommand: Command {
         var rejectsFile: FileHandle?
         if let path = arguments.value("--rejects") {
             ingestor.mode = .storeValid
-            guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else {
+            // Owner-only: the raw lines hold subject ids, which erasure cannot reach in this file.
+            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
+                  let handle = FileHandle(forWritingAtPath: path) else {
                 throw CommandFailure(message: "\(path): cannot create the rejects file")
             }
             rejectsFile = handle

@@ -95,5 +95,10 @@ final class TamperTests: XCTestCase {
         var moved = reread
         moved.leafIndex += 1
         XCTAssertThrowsError(try moved.check(publicKey: try sealed.key.publicKey))
+        // The position and the event id are read from the canonical form, not trusted as written.
+        var renumbered = reread
+        renumbered.position = 5
+        XCTAssertThrowsError(try renumbered.check(publicKey: try sealed.key.publicKey))
+        XCTAssertThrowsError(try InclusionProof(json: proof.json.replacingOccurrences(of: "\"version\":1", with: "\"version\":2")))
     }
 }
