@@ -49,6 +49,8 @@ public final class Collector: @unchecked Sendable {
     // at the end of init and only read after.
     public static let maxBodyBytes = 1 << 20
     public static let maxEvents = 500
+    /// How deep a request body may nest: the array, then events rejected one by one past 16 levels.
+    public static let maxBodyDepth = 64
     public static let maxInflationRatio = 100
 
     public let configuration: CollectorConfiguration
@@ -85,8 +87,10 @@ public final class Collector: @unchecked Sendable {
     /// The port listened on (useful with port 0).
     public var port: UInt16 { server?.port ?? 0 }
 
-    /// Answers what is in flight, then stops listening and closes the database connections.
+    /// Stops accepting connections, answers every request already begun (new requests on open
+    /// connections get 503), writes what is queued, then closes the database connections.
     public func stop() {
+        server?.drain()
         committer.stop()
         server?.stop()
         server = nil
@@ -165,7 +169,11 @@ public final class Collector: @unchecked Sendable {
         }
         let parsed: JSONValue
         do {
-            parsed = try body.withUnsafeBufferPointer { try JSONParser.parse(bytes: $0, maxDepth: JSONParser.defaultMaxDepth + 1) }
+            // Deeper than an event may nest, so that one too-deep event is rejected on its own
+            // (by the validator) and its valid neighbours stored; bounded, against stack exhaustion.
+            parsed = try body.withUnsafeBufferPointer { try JSONParser.parse(bytes: $0, maxDepth: Self.maxBodyDepth) }
+        } catch let error as JSONSyntaxError where error.isTooDeep {
+            return respond(Self.error(400, "the body nests deeper than \(Self.maxBodyDepth) levels"))
         } catch {
             return respond(Self.error(400, "malformed JSON: \(error)"))
         }

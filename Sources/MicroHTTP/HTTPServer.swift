@@ -64,6 +64,10 @@ public final class HTTPServer: @unchecked Sendable {
     private var daemon: OpaquePointer?
     private let lock = NSCondition()
     private var awaitingResponse = 0
+    /// Requests begun (headers received) and not completed (answer sent, or connection gone).
+    private var openRequests = 0
+    private var draining = false
+    private var quiescedListener: Int32 = -1
 
     public init(host: String, port: UInt16, threads: Int, connectionTimeout: Int = 10, connectionLimit: Int = 1024,
                 maxBodyBytes: Int = 1 << 20, handler: @escaping HTTPHandler) throws {
@@ -97,8 +101,25 @@ public final class HTTPServer: @unchecked Sendable {
         return awaitingResponse
     }
 
+    /// The first half of a graceful stop: no new connection is accepted, a new request on an open
+    /// connection is answered 503 (`Retry-After: 1`, `Connection: close`), and this waits (up to
+    /// `timeout` seconds) until every request already begun has been answered and its answer sent.
+    public func drain(timeout: Double = 30) {
+        lock.lock()
+        guard !draining, let daemon else { lock.unlock(); return }
+        draining = true
+        lock.unlock()
+        // The listening socket, ours to close, but only after MHD_stop_daemon (its threads may
+        // still look at it until then).
+        quiescedListener = MHD_quiesce_daemon(daemon)
+        lock.lock()
+        let deadline = Date().addingTimeInterval(timeout)
+        while openRequests > 0, lock.wait(until: deadline) {}
+        lock.unlock()
+    }
+
     /// Waits (up to `timeout` seconds) until every handed-out request is answered, then stops the
-    /// daemon and its threads. Open connections are closed.
+    /// daemon and its threads. Open connections are closed (`drain` first to let them finish).
     public func stop(timeout: Double = 30) {
         lock.lock()
         let deadline = Date().addingTimeInterval(timeout)
@@ -107,6 +128,10 @@ public final class HTTPServer: @unchecked Sendable {
         if let daemon {
             MHD_stop_daemon(daemon)
             self.daemon = nil
+        }
+        if quiescedListener >= 0 {
+            close(quiescedListener)
+            quiescedListener = -1
         }
     }
 
@@ -122,6 +147,14 @@ public final class HTTPServer: @unchecked Sendable {
             let exchange = Exchange(connection: connection, server: self,
                                     request: HTTPRequest(method: method, path: url, headers: Self.headers(of: connection)))
             state.pointee = Unmanaged.passRetained(exchange).toOpaque()
+            lock.lock()
+            openRequests += 1
+            let refuse = draining
+            lock.unlock()
+            if refuse {
+                exchange.phase = .answered
+                return Self.queue(connection, Self.stopping)
+            }
             if let length = exchange.request.header("content-length").flatMap(Int.init), length > maxBodyBytes {
                 exchange.phase = .answered
                 return Self.queue(connection, Self.tooLarge(maxBodyBytes))
@@ -162,6 +195,17 @@ public final class HTTPServer: @unchecked Sendable {
             return .YES
         }
     }
+
+    /// A request's end (MHD's completion callback): answered and sent, or its connection closed.
+    fileprivate func completed() {
+        lock.lock()
+        openRequests -= 1
+        lock.broadcast()
+        lock.unlock()
+    }
+
+    static let stopping = HTTPResponse(status: 503, contentType: "application/json", text: "{\"error\":\"the server is stopping\"}\n",
+                                       headers: [("Retry-After", "1"), ("Connection", "close")])
 
     fileprivate func answered() {
         lock.lock()
@@ -256,8 +300,9 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
                          upload: upload, uploadSize: uploadSize, state: state)
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { _, _, state, _ in
+private let requestCompleted: MHD_RequestCompletedCallback = { context, _, state, _ in
     guard let state, let pointer = state.pointee else { return }
     Unmanaged<Exchange>.fromOpaque(pointer).release()
     state.pointee = nil
+    if let context { Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue().completed() }
 }

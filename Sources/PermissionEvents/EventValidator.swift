@@ -84,6 +84,10 @@ public struct EventValidator: Sendable {
     }
 
     private func check(_ value: JSONValue) throws(EventProblem) -> ValidatedEvent {
+        // First, as when a line is parsed (a value parsed with a deeper limit, e.g. a batch).
+        guard value.depth <= JSONParser.defaultMaxDepth else {
+            throw EventProblem(field: "event", rule: "nesting deeper than \(JSONParser.defaultMaxDepth) levels")
+        }
         guard case let .object(members) = value else { throw EventProblem(field: "event", rule: "must be a JSON object") }
         if value.compactTextLength > Self.maxEventBytes {
             throw EventProblem(field: "event", rule: "must be at most 16 KiB of JSON")

@@ -31,6 +31,15 @@ public enum JSONValue: Equatable, Sendable {
         if case let .string(s) = self { return s }
         return nil
     }
+
+    /// How deeply objects and arrays nest in the value (a scalar: 0, `{}`: 1).
+    public var depth: Int {
+        switch self {
+        case let .array(items): return 1 + (items.map(\.depth).max() ?? 0)
+        case let .object(members): return 1 + (members.map(\.value.depth).max() ?? 0)
+        default: return 0
+        }
+    }
 }
 
 /// Why a text is not acceptable JSON.

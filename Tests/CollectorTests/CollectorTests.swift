@@ -78,17 +78,21 @@ final class CollectorTests: XCTestCase {
             EventFixtures.event(id: good[1], subject: "inst-2", app: Self.app),
             EventFixtures.event(app: Self.app, removing: ["platform"]),
             EventFixtures.event(id: good[2], type: "picker.completed", app: Self.app),
+            // Nested deeper than 16 levels: this event is rejected, not the whole request.
+            EventFixtures.event(app: Self.app, overrides: ["attributes": String(repeating: "{\"a\":", count: 17) + "1" + String(repeating: "}", count: 17)]),
         ]
         let response = try Self.post(client, events, key: key)
         XCTAssertEqual(response.status, 200, response.text)
         let results = try Self.results(response)
-        XCTAssertEqual(results.map(\.status), ["appended", "rejected", "appended", "rejected", "appended"])
+        XCTAssertEqual(results.map(\.status), ["appended", "rejected", "appended", "rejected", "appended", "rejected"])
         XCTAssertEqual(results[1].field, "occurredAt")
         XCTAssertEqual(results[3].field, "platform")
-        XCTAssertTrue(response.text.contains("\"appended\":3,\"duplicates\":0,\"rejected\":2"), response.text)
+        XCTAssertEqual(results[5].field, "event")
+        XCTAssertTrue(response.text.contains("nesting deeper than 16 levels"), response.text)
+        XCTAssertTrue(response.text.contains("\"appended\":3,\"duplicates\":0,\"rejected\":3"), response.text)
         XCTAssertEqual(try storedCount(good), 3)
         let recorded: Int = try Connection(url: url).query("select coalesce(sum(rejected), 0)::int from audit.intake_anomalies").scalar()
-        XCTAssertEqual(recorded, 2, "the rejected events are recorded with the valid ones")
+        XCTAssertEqual(recorded, 3, "the rejected events are recorded with the valid ones")
         XCTAssertFalse(response.text.contains("inst-"), "no subject in a response")
     }
 
@@ -267,6 +271,43 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try storedCount(acknowledged.all), acknowledged.count)
         let metrics = try HTTPClient(port: collector.port).send("GET", "/metrics").text
         XCTAssertTrue(metrics.contains("permaudit_collector_committed_requests_total \(clients * requests)\n"), metrics)
+    }
+}
+
+extension CollectorTests {
+    /// A stop while clients post: every request the server began is answered before it exits
+    /// (so no stored request goes unanswered), and requests that come while it stops get 503 with
+    /// Retry-After on their open connection, or find no listener.
+    func testStopAnswersEveryRequestItBegan() throws {
+        let key = try createKey()
+        let collector = try start { $0.threads = 4; $0.databaseConnections = 2 }
+        let port = collector.port
+        let acknowledged = LockedIDs(), refused = LockedIDs(), unanswered = LockedIDs()
+        let group = DispatchGroup()
+        for c in 0..<12 {
+            DispatchQueue.global().async(group: group) {
+                guard let client = try? HTTPClient(port: port) else { return }
+                for r in 0..<2_000 {
+                    let ids = (0..<5).map { _ in UUID() }
+                    let events = ids.map { EventFixtures.event(id: $0, subject: "inst-\(c)-\(r % 3)", app: Self.app) }
+                    guard let response = try? Self.post(client, events, key: key) else { return unanswered.add(ids) }
+                    if response.status == 200 {
+                        acknowledged.add(ids)
+                    } else {
+                        XCTAssertEqual(response.status, 503, response.text)
+                        XCTAssertNotNil(response.headers["retry-after"], response.text)
+                        return refused.add(ids)
+                    }
+                }
+            }
+        }
+        while acknowledged.count < 500 { Thread.sleep(forTimeInterval: 0.01) }
+        collector.stop()
+        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        XCTAssertGreaterThan(refused.count + unanswered.count, 0, "the clients were still posting when it stopped")
+        XCTAssertEqual(try storedCount(acknowledged.all), acknowledged.count)
+        XCTAssertEqual(try storedCount(refused.all), 0)
+        XCTAssertEqual(try storedCount(unanswered.all), 0, "a request without an answer was not stored")
     }
 }
 
