@@ -48,13 +48,16 @@ public struct Verifier {
             if unsealed > 0 {
                 out.append("unsealed tail: \(unsealed) events from position \(firstUnsealed ?? 0) are not sealed yet (run 'permaudit audit seal')")
             }
-            if !intact {
-                out.append("result: TAMPERED (\(failures.count) failures)")
-            } else {
-                out.append(sealsChecked == 0 ? "result: not verified (no seal)" : "result: intact")
+            switch verdict {
+            case "tampered": out.append("result: TAMPERED (\(failures.count) failures)")
+            case "not verified": out.append("result: not verified (no seal)")
+            default: out.append("result: intact")
             }
             return out
         }
+
+        /// `intact`, `tampered`, or `not verified` when there was no seal to verify against.
+        public var verdict: String { !intact ? "tampered" : sealsChecked == 0 ? "not verified" : "intact" }
     }
 
     /// Verifies the seals whose events touch `positions` (all when nil); the chain and the

@@ -56,7 +56,8 @@ public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
 ///     print(server.port)
 public final class HTTPServer: @unchecked Sendable {
     // @unchecked Sendable: `daemon` is written in init and stop (which waits for the daemon's
-    // threads), the counters are guarded by `lock`; everything else is immutable.
+    // threads) and `quiescedListener` in drain and stop (the owner calls them one after the
+    // other); the counters and `draining` are guarded by `lock`; everything else is immutable.
     public let host: String
     public private(set) var port: UInt16 = 0
     public let maxBodyBytes: Int

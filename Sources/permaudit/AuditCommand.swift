@@ -88,7 +88,7 @@ enum AuditCommand: Command {
                 let result = try Verifier(publicKey: key).verify(url: url, positions: range)
                 try SubjectRights.recordAccess(db, command: "audit verify", details: [
                     "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all",
-                    "result": !result.intact ? "tampered" : result.sealsChecked == 0 ? "not verified" : "intact",
+                    "result": result.verdict,
                     "failures": "\(result.failures.count)",
                 ])
                 print(result.lines.joined(separator: "\n"))
