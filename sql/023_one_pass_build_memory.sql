@@ -1,4 +1,4 @@
--- 023: the one-pass build no longer grows its server memory with the log.
+-- 023: the one-pass build no longer keeps memory for every attempt until it ends.
 --
 -- 022's build counted the experiment arms with a lateral jsonb_each_text() over every attempt
 -- that carries experiments. In PostgreSQL 15 each call of that function (a set-returning function

@@ -48,11 +48,8 @@ public struct Verifier {
             if unsealed > 0 {
                 out.append("unsealed tail: \(unsealed) events from position \(firstUnsealed ?? 0) are not sealed yet (run 'permaudit audit seal')")
             }
-            switch verdict {
-            case "tampered": out.append("result: TAMPERED (\(failures.count) failures)")
-            case "not verified": out.append("result: not verified (no seal)")
-            default: out.append("result: intact")
-            }
+            out.append(!intact ? "result: TAMPERED (\(failures.count) failures)"
+                       : sealsChecked == 0 ? "result: not verified (no seal)" : "result: intact")
             return out
         }
 

@@ -71,11 +71,19 @@ public struct EventValidator: Sendable {
                 return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
             }
         }
-        return parsed.flatMap(validate)
+        return parsed.flatMap(checked)  // the parser applied the nesting limit
     }
 
-    /// Validates a parsed event.
+    /// Validates an event parsed elsewhere (e.g. one of a batch, parsed with a deeper limit than a
+    /// line's): the nesting limit first, as the parser of a line applies it.
     public func validate(_ value: JSONValue) -> Result<ValidatedEvent, EventProblem> {
+        guard value.depth <= JSONParser.defaultMaxDepth else {
+            return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
+        }
+        return checked(value)
+    }
+
+    private func checked(_ value: JSONValue) -> Result<ValidatedEvent, EventProblem> {
         do {
             return .success(try check(value))
         } catch {
@@ -84,10 +92,6 @@ public struct EventValidator: Sendable {
     }
 
     private func check(_ value: JSONValue) throws(EventProblem) -> ValidatedEvent {
-        // First, as when a line is parsed (a value parsed with a deeper limit, e.g. a batch).
-        guard value.depth <= JSONParser.defaultMaxDepth else {
-            throw EventProblem(field: "event", rule: "nesting deeper than \(JSONParser.defaultMaxDepth) levels")
-        }
         guard case let .object(members) = value else { throw EventProblem(field: "event", rule: "must be a JSON object") }
         if value.compactTextLength > Self.maxEventBytes {
             throw EventProblem(field: "event", rule: "must be at most 16 KiB of JSON")

@@ -46,9 +46,18 @@ public enum JSONValue: Equatable, Sendable {
 public struct JSONSyntaxError: Error, Equatable, Sendable, CustomStringConvertible {
     public var offset: Int
     public var reason: String
-    public var description: String { "\(reason) at byte \(offset + 1)" }
     /// The text nests deeper than the parser's limit (a limit of the contract, not a syntax error).
-    public var isTooDeep: Bool { reason.hasPrefix("nesting deeper than") }
+    public var isTooDeep = false
+    public var description: String { "\(reason) at byte \(offset + 1)" }
+
+    public init(offset: Int, reason: String, isTooDeep: Bool = false) {
+        self.offset = offset
+        self.reason = reason
+        self.isTooDeep = isTooDeep
+    }
+
+    /// The reason given for a value nested deeper than `limit` levels.
+    public static func tooDeep(_ limit: Int) -> String { "nesting deeper than \(limit) levels" }
 }
 
 /// A strict RFC 8259 parser over UTF-8 bytes (throws `JSONSyntaxError`): rejects invalid UTF-8, lone surrogates,
@@ -118,7 +127,7 @@ public struct JSONParser {
     }
 
     private mutating func parseObject(depth: Int) throws -> JSONValue {
-        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+        guard depth <= maxDepth else { throw JSONSyntaxError(offset: index, reason: JSONSyntaxError.tooDeep(maxDepth), isTooDeep: true) }
         index += 1
         var members: [(key: String, value: JSONValue)] = []
         skipWhitespace()
@@ -142,7 +151,7 @@ public struct JSONParser {
     }
 
     private mutating func parseArray(depth: Int) throws -> JSONValue {
-        guard depth <= maxDepth else { throw error("nesting deeper than \(maxDepth) levels") }
+        guard depth <= maxDepth else { throw JSONSyntaxError(offset: index, reason: JSONSyntaxError.tooDeep(maxDepth), isTooDeep: true) }
         index += 1
         var elements: [JSONValue] = []
         skipWhitespace()

@@ -79,12 +79,21 @@ public final class Projector {
     /// every event goes through batches of `batchSize`.
     public var buildsEmptyProjectionInOnePass = true
 
+    /// Whether a catch-up of this projector found the projection built (its checkpoint past the
+    /// start). Later catch-ups (a follower's every wake-up) then skip the one-pass check; only a
+    /// reset by someone else (a migration) could empty it again, and batches handle that too.
+    private var foundBuilt = false
+
     /// Batches until the log's committed end (after the one-pass build of an empty projection);
     /// `shouldStop` is checked between batches.
     @discardableResult
     public func catchUp(shouldStop: () -> Bool = { false }, onBatch: (Progress) -> Void = { _ in }) throws -> Progress {
-        // In an explicit transaction: a client that dies during the build never commits it.
-        let built = buildsEmptyProjectionInOnePass ? try connection.transaction { try buildFromLog() } : Progress()
+        var built = Progress()
+        if buildsEmptyProjectionInOnePass && !foundBuilt {
+            // In an explicit transaction: a client that dies during the build never commits it.
+            built = try connection.transaction { try buildFromLog() }
+            foundBuilt = built.checkpoint != .start
+        }
         return try drain(from: built, shouldStop: shouldStop, onBatch: onBatch) { try step() }
     }
 
