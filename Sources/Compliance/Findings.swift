@@ -43,16 +43,19 @@ public enum Findings {
                     : "Use PHPickerViewController, which runs out of process and needs no photo-library permission."))
         }
 
-        for (app, majors, prompted) in try db.query("""
-            select app, string_agg(distinct os_major::text, ', '), sum(prompted)::bigint
-              from analytics.permission_outcomes_daily
-             where ($1::text is null or app = $1) and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13
+        // Every request counts, with or without a dialog: on 13+ the system denies it without one.
+        for (app, majors, requests, silent) in try db.query("""
+            select app, string_agg(distinct os_major::text, ', '), count(*)::bigint, count(*) filter (where not prompted_dialog)::bigint
+              from projection.attempts
+             where ($1::text is null or app = $1) and platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE'
+               and os_major >= 13 and prompted_any
              group by 1 order by 1
-            """, [app]).decode((String, String, Int).self) {
+            """, [app]).decode((String, String, Int, Int).self) {
             findings.append(Finding(
                 rule: "read-external-storage-on-13", severity: .high, app: app, platform: "android",
-                subject: "android.READ_EXTERNAL_STORAGE on Android \(majors)", count: prompted,
-                evidence: "\(prompted) prompts for READ_EXTERNAL_STORAGE on Android 13 or later, where it grants no media access",
+                subject: "android.READ_EXTERNAL_STORAGE on Android \(majors)", count: requests,
+                evidence: "\(requests) requests for READ_EXTERNAL_STORAGE on Android 13 or later, where it grants no media access"
+                    + (silent > 0 ? " (\(silent) answered without a dialog)" : ""),
                 guidance: "Declare READ_EXTERNAL_STORAGE with android:maxSdkVersion=\"32\"; on API 33+ request READ_MEDIA_IMAGES/VIDEO (or READ_MEDIA_VISUAL_USER_SELECTED on 14+), or use the photo picker."))
         }
 
@@ -91,6 +94,7 @@ public enum Findings {
             select app, platform, permission, count(*)::bigint
               from projection.attempts
              where ($1::text is null or app = $1) and prompted_any and not prompted_dialog and outcome = 'denied'
+               and not (platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13)  -- the rule above
              group by 1, 2, 3 order by 1, 2, 3
             """, [app]).decode((String, String, String?, Int).self) {
             findings.append(Finding(

@@ -28,6 +28,8 @@ final class FindingsTests: XCTestCase {
         let granted: [(String, String?)] = [("permission.prompted", nil), ("permission.granted", nil)]
         attempt(granted, flow: "avatar", permission: "android.READ_MEDIA_VIDEO")                          // picker would do
         attempt(granted, os: "14", permission: "android.READ_EXTERNAL_STORAGE")                           // nothing on 13+
+        attempt([("permission.prompted", "{\"dialogShown\":false}"), ("permission.denied", "{\"permanent\":false}")],
+                os: "13", permission: "android.READ_EXTERNAL_STORAGE")                                    // denied silently on 13+
         attempt(granted, platform: "ios", os: "17.2", flow: "editorSave", permission: "ios.photos.readWrite")  // add-only would do
         attempt([("permission.prompted", "{\"dialogShown\":false}"), ("permission.denied", "{\"permanent\":true}")])  // after denial
         attempt([("permission.prompted", nil), ("permission.limited", nil)], platform: "ios", os: "17.2", permission: "ios.photos.readWrite")
@@ -49,10 +51,15 @@ final class FindingsTests: XCTestCase {
         XCTAssertTrue(unprimed.evidence.contains("62.5% denied, vs 10.0% after one"), unprimed.evidence)
         XCTAssertEqual(findings.first { $0.rule == "picker-would-do" }?.subject, "avatar: android.READ_MEDIA_VIDEO")
         XCTAssertEqual(findings.first { $0.rule == "limited-never-offered" }?.count, 1)
+        let storage = try XCTUnwrap(findings.first { $0.rule == "read-external-storage-on-13" })
+        XCTAssertEqual(storage.count, 2)
+        XCTAssertEqual(storage.subject, "android.READ_EXTERNAL_STORAGE on Android 13, 14")
+        XCTAssertTrue(storage.evidence.hasSuffix("(1 answered without a dialog)"), storage.evidence)
+        XCTAssertEqual(findings.first { $0.rule == "repeated-after-denial" }?.count, 1)   // not the silent denial on 13
         XCTAssertTrue(try Findings.all(db, app: "no.such.app").isEmpty)
 
         // Offering the limited picker clears that finding.
-        let install: String = "f5"
+        let install: String = "f6"   // the limited attempt above
         try TestDatabase.append([EventFixtures.event(type: "limitedSelection.changed", subject: install, attempt: nil,
                                                      overrides: ["platform": EventFixtures.quoted("ios"), "osVersion": EventFixtures.quoted("17.2"),
                                                                  "permission": EventFixtures.quoted("ios.photos.readWrite")])], to: db)
