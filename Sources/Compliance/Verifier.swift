@@ -14,6 +14,7 @@ public struct Verifier {
             case brokenChain = "broken chain"
             case badSignature = "bad signature"
             case alteredSeal = "altered seal"
+            case missingSeal = "missing seal"
         }
         public var kind: Kind
         public var sealId: Int64
@@ -38,12 +39,15 @@ public struct Verifier {
         /// Events committed after the last seal (not yet sealed): how many, the first position.
         public var unsealed = 0
         public var firstUnsealed: Int64?
+        /// The newest seal's id and hash (hex): what to keep outside the database for `expectedSeal`.
+        public var newestSeal: (id: Int64, hash: String)?
         public var intact: Bool { failures.isEmpty }
 
         public var lines: [String] {
             func range(_ r: ClosedRange<Int64>?) -> String { r.map { "positions \($0.lowerBound)...\($0.upperBound)" } ?? "all" }
             var out = ["range requested: \(range(requested))", "range found: \(found.map { range($0) } ?? "no sealed events")",
                        "seals valid: \(sealsValid)/\(sealsChecked)", "events valid: \(eventsValid)/\(eventsChecked)"]
+            if let newestSeal { out.append("newest seal: \(newestSeal.id), hash \(newestSeal.hash)") }
             out += failures.map { "FAIL \($0)" }
             if unsealed > 0 {
                 out.append("unsealed tail: \(unsealed) events from position \(firstUnsealed ?? 0) are not sealed yet (run 'permaudit audit seal')")
@@ -58,9 +62,12 @@ public struct Verifier {
     }
 
     /// Verifies the seals whose events touch `positions` (all when nil); the chain and the
-    /// signatures of all seals are always checked. `workers` connections share one read-only
-    /// snapshot (exported by the first) and check the seals between them.
-    public func verify(url: String, positions: ClosedRange<Int64>? = nil, workers: Int = 2) throws -> Result {
+    /// signatures of all seals are always checked. `expectedSeal`, a seal hash kept outside the
+    /// database, must be in the chain: deleting the newest seals leaves a chain intact in itself.
+    /// `workers` connections share one read-only snapshot (exported by the first) and check the
+    /// seals between them.
+    public func verify(url: String, positions: ClosedRange<Int64>? = nil, expectedSeal: [UInt8]? = nil,
+                       workers: Int = 2) throws -> Result {
         let db = try Connection(url: url)
         try db.execute("begin transaction isolation level repeatable read read only")
         defer { _ = try? db.execute("rollback") }
@@ -97,6 +104,12 @@ public struct Verifier {
             if let found = outcome.found {
                 result.found = result.found.map { min($0.lowerBound, found.lowerBound)...max($0.upperBound, found.upperBound) } ?? found
             }
+        }
+        if let newest = seals.last { result.newestSeal = (newest.id, Hex.encode(newest.sealHash)) }
+        if let expectedSeal, !seals.contains(where: { $0.sealHash == expectedSeal }) {
+            result.failures.append(Failure(kind: .missingSeal, sealId: seals.last?.id ?? 0, position: nil,
+                                           detail: "no seal has the expected hash \(Hex.encode(expectedSeal).prefix(16))...; "
+                                               + (seals.isEmpty ? "there are no seals" : "seals after this one may have been deleted")))
         }
         let end = seals.last?.through ?? .start
         let tail = try db.query("""

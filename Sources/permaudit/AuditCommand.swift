@@ -13,7 +13,7 @@ enum AuditCommand: Command {
           keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir)
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
                                       Merkle seals of at most --max-events events each)
-          verify [--from P] [--to P] [--public-key FILE]
+          verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
                                       recompute the chain, signatures and every sealed event's hash;
                                       exit 0 intact, 1 tampered, 2 could not verify
           prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
@@ -38,11 +38,12 @@ enum AuditCommand: Command {
         ("--key-dir <dir>", "Where keygen writes the pair (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
+        ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal and verify); tampered if no seal has it."),
         ("--app <app>", "subject, erase: the app."), ("--subject <id>", "subject, erase: the install id."),
         ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
     ]
-    static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--app", "--subject",
+    static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--expect-seal", "--app", "--subject",
                                             "--reason", "--format", "--database-url"]
 
     static var keyDirectory: URL { EmbeddedCluster.fromEnvironment().home.appendingPathComponent("keys") }
@@ -70,7 +71,7 @@ enum AuditCommand: Command {
                 try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
                 if seals.isEmpty { print("nothing to seal: every committed event is sealed") }
                 for seal in seals {
-                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot))")
+                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot)), seal hash \(Hex.encode(seal.sealHash))")
                 }
                 return 0
             case ("verify", 0):
@@ -79,20 +80,26 @@ enum AuditCommand: Command {
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
                 let range = arguments.value("--from") == nil && arguments.value("--to") == nil ? nil : Int64(from)...Int64(to)
+                let expected = try arguments.value("--expect-seal").map { hex in
+                    guard hex.count == 64, let hash = Hex.decode(hex) else {
+                        throw UsageError(message: "'--expect-seal' must be a seal hash of 64 hex digits", usage: usage)
+                    }
+                    return hash
+                }
                 let db: Postgres.Connection
                 let url: String
                 do {
                     db = try openDatabase(arguments)
                     url = try Database.resolveURL(arguments.value("--database-url"))
                 } catch { printError("Error: \(error)"); return 2 }
-                let result = try Verifier(publicKey: key).verify(url: url, positions: range)
+                let result = try Verifier(publicKey: key).verify(url: url, positions: range, expectedSeal: expected)
                 try SubjectRights.recordAccess(db, command: "audit verify", details: [
                     "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all",
                     "result": result.verdict,
                     "failures": "\(result.failures.count)",
                 ])
                 print(result.lines.joined(separator: "\n"))
-                if result.sealsChecked == 0 { printError("Error: no seal to verify against (run 'permaudit audit seal')"); return 2 }
+                if result.sealsChecked == 0 && result.intact { printError("Error: no seal to verify against (run 'permaudit audit seal')"); return 2 }
                 return result.intact ? 0 : 1
             case ("prove", 1):
                 guard let id = UUID(uuidString: rest[0]) else { throw UsageError(message: "EVENT_ID must be a UUID, got '\(rest[0])'", usage: usage) }

@@ -73,6 +73,37 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertTrue(tampered.stdout.contains("FAIL seal 1: modified at position 3"), tampered.stdout)
     }
 
+    func testExpectSealFindsTheNewestSealsDeleted() throws {
+        let db = try Connection(url: url)
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        try TestDatabase.append([EventFixtures.event(subject: "expect-a")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0)
+        try TestDatabase.append([EventFixtures.event(subject: "expect-b")], to: db)
+        let seal = try permaudit(["audit", "seal"])
+        XCTAssertTrue(seal.stdout.hasPrefix("sealed 1 events as seal 2"), seal.stdout)
+        let hash = try XCTUnwrap(seal.stdout.split(separator: " ").last).trimmingCharacters(in: .whitespacesAndNewlines)
+        let stored: String = try db.query("select encode(seal_hash, 'hex') from audit.seals where seal_id = 2").scalar()
+        XCTAssertEqual(hash, stored)
+
+        let verify = try permaudit(["audit", "verify", "--expect-seal", hash])
+        XCTAssertEqual(verify.status, 0, verify.stdout + verify.stderr)
+        XCTAssertTrue(verify.stdout.contains("newest seal: 2, hash \(hash)\n"), verify.stdout)
+        XCTAssertEqual(try permaudit(["audit", "verify", "--expect-seal", "abc"]).status, 64)
+
+        // The newest seal deleted: the shorter chain is intact in itself, the expected hash is gone.
+        try db.execute("alter table audit.seals disable trigger user; delete from audit.seals where seal_id = 2")
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0)
+        let tampered = try permaudit(["audit", "verify", "--expect-seal", hash])
+        XCTAssertEqual(tampered.status, 1, tampered.stdout)
+        XCTAssertTrue(tampered.stdout.contains("FAIL seal 1: missing seal: no seal has the expected hash \(hash.prefix(16))..."), tampered.stdout)
+        XCTAssertTrue(tampered.stdout.hasSuffix("result: TAMPERED (1 failures)\n"), tampered.stdout)
+
+        // Every seal deleted: tampered, not "could not verify".
+        try db.execute("delete from audit.seals")
+        XCTAssertEqual(try permaudit(["audit", "verify", "--expect-seal", hash]).status, 1)
+        XCTAssertEqual(try permaudit(["audit", "verify"]).status, 2)
+    }
+
     func testFollowSealsPeriodically() throws {
         XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
         try TestDatabase.append([EventFixtures.event(subject: "follow-a"), EventFixtures.event(subject: "follow-b")], to: try Connection(url: url))
