@@ -198,7 +198,8 @@ public final class Collector: @unchecked Sendable {
         if let wait = limiter.take(key) {
             return respond(Self.error(429, "rate limit of this API key exceeded", headers: [("Retry-After", "\(wait)")]))
         }
-        let foreign = elements.indices.filter { elements[$0]["app"]?.stringValue.map { $0 != app } ?? false }
+        // Another app's events refuse the batch; a malformed `app` is the event's own error (below).
+        let foreign = elements.indices.filter { elements[$0]["app"]?.stringValue.map { $0 != app && EventValidator.isApp($0) } ?? false }
         guard foreign.isEmpty else {
             return respond(Self.error(403, "this API key may only write events of its own app; nothing was stored",
                                       extra: ",\"indices\":[\(foreign.map(String.init).joined(separator: ","))]"))

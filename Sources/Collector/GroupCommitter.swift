@@ -24,7 +24,7 @@ struct Submission: Sendable {
 /// requests thus share one transaction, one fsync and one round trip; the number of writers is
 /// the number of database connections.
 final class GroupCommitter: @unchecked Sendable {
-    // @unchecked Sendable: `queue`, `stopping` and `running` are guarded by `condition`.
+    // @unchecked Sendable: `queue`, `stopping`, `running` and `databaseDown` are guarded by `condition`.
     private let pool: ConnectionPool
     private let maxEvents: Int
     private let metrics: Metrics
@@ -33,6 +33,7 @@ final class GroupCommitter: @unchecked Sendable {
     private var queue: [Submission] = []
     private var stopping = false
     private var running = 0
+    private var databaseDown = false
 
     init(pool: ConnectionPool, maxEvents: Int, metrics: Metrics, log: @escaping @Sendable (String) -> Void) {
         self.pool = pool
@@ -125,6 +126,7 @@ final class GroupCommitter: @unchecked Sendable {
                 for (index, submission) in group.enumerated() {
                     submission.completion(.success(results[index].map { $0 ?? .duplicate }))
                 }
+                databaseState(down: false)
                 return
             } catch let refusal as AppendError where (refusal.index ?? live.count) < live.count {
                 let slot = live.remove(at: refusal.index!)
@@ -138,11 +140,23 @@ final class GroupCommitter: @unchecked Sendable {
                 metrics.databaseError()
             } catch {
                 metrics.databaseError()
-                if !(error is DatabaseUnavailable) { log("collector: append failed: \(error)") }
+                if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(error)") }
                 for submission in group { submission.completion(.failure(error)) }
                 return
             }
         }
+    }
+
+    /// Logs when the database becomes unavailable and when it is back: one line each, not one per
+    /// refused request.
+    private func databaseState(down: Bool, _ error: (any Error)? = nil) {
+        condition.lock()
+        let changed = databaseDown != down
+        databaseDown = down
+        condition.unlock()
+        guard changed else { return }
+        log(down ? "collector: the database is unavailable (\(error.map { "\($0)" } ?? "")); answering 503 until it is back"
+                 : "collector: the database is available again")
     }
 
     /// One call of the write path.

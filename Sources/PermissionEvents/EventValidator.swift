@@ -303,6 +303,11 @@ public struct EventValidator: Sendable {
         return la != lb ? la < lb : a.utf8.lexicographicallyPrecedes(b.utf8)
     }
 
+    /// Whether `text` is a well-formed `app`: 1-255 characters `[A-Za-z0-9._-]`.
+    public static func isApp(_ text: String) -> Bool {
+        (1...255).contains(text.utf8.count) && isIdentifier(text)
+    }
+
     static func isIdentifier(_ text: String) -> Bool {
         text.utf8.allSatisfy { b in
             (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x2E || b == 0x5F || b == 0x2D

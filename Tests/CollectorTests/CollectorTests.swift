@@ -149,6 +149,13 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(mixed.status, 403)
         XCTAssertTrue(mixed.text.contains("\"indices\":[1]"), mixed.text)
         XCTAssertEqual(try storedCount([mine]), 0)
+        // A malformed app is that event's error, not another app's: the rest of the batch is stored.
+        let malformedApp = try Self.post(client, [EventFixtures.event(id: mine, app: "com.example.other"),
+                                                  EventFixtures.event(app: "com example other")], key: otherKey)
+        XCTAssertEqual(malformedApp.status, 200, malformedApp.text)
+        XCTAssertTrue(malformedApp.text.contains("\"appended\":1,\"duplicates\":0,\"rejected\":1"), malformedApp.text)
+        XCTAssertTrue(malformedApp.text.contains("\"field\":\"app\""), malformedApp.text)
+        XCTAssertEqual(try storedCount([mine]), 1)
 
         // A revoked key: 401.
         let db = try Connection(url: url)
@@ -160,8 +167,8 @@ final class CollectorTests: XCTestCase {
         let metrics = try client.send("GET", "/metrics")
         XCTAssertEqual(metrics.status, 200)
         for line in ["permaudit_collector_requests_total{code=\"401\"} 3", "permaudit_collector_requests_total{code=\"403\"} 1",
-                     "permaudit_collector_requests_total{code=\"200\"} 1", "permaudit_collector_events_total{result=\"appended\"} 1",
-                     "permaudit_collector_request_duration_seconds_count 14"] {
+                     "permaudit_collector_requests_total{code=\"200\"} 2", "permaudit_collector_events_total{result=\"appended\"} 2",
+                     "permaudit_collector_events_total{result=\"rejected\"} 1", "permaudit_collector_request_duration_seconds_count 15"] {
             XCTAssertTrue(metrics.text.contains(line + "\n"), line + "\n" + metrics.text)
         }
     }

@@ -93,6 +93,8 @@ final class CollectorTrafficTests: XCTestCase {
         configuration.port = 0
         configuration.databaseConnections = 2
         configuration.rateLimit = 0
+        let logged = LoggedLines()
+        configuration.log = { logged.append($0) }
         let collector = try Collector(configuration)
         defer { collector.stop() }
 
@@ -117,6 +119,12 @@ final class CollectorTrafficTests: XCTestCase {
         XCTAssertEqual(Set(traffic.statuses.keys), [200, 503], "\(traffic.statuses)")
         XCTAssertGreaterThanOrEqual(traffic.count(200), okBeforeRestart + 20, "recovered after the restart")
         XCTAssertEqual(try monitor.send("GET", "/readyz").status, 200)
+        // A line when the database went away and one when it came back, not one per refused request
+        // (a writer that committed just before the stop may report "available" once more).
+        let states = logged.lines.filter { $0.hasPrefix("collector: the database is") }
+        XCTAssertTrue(states.first?.hasPrefix("collector: the database is unavailable (") ?? false, "\(states)")
+        XCTAssertEqual(states.last, "collector: the database is available again")
+        XCTAssertLessThanOrEqual(states.count, 4, "\(states)")
         let stored: Int = try Connection(url: url).query("select count(*)::int from audit.events").scalar()
         XCTAssertGreaterThanOrEqual(stored, traffic.acknowledged.count)
         try Self.assertStoredOnce(traffic.acknowledged, total: stored, url: url)
@@ -199,4 +207,13 @@ final class CollectorTrafficTests: XCTestCase {
 struct PortError: Error, CustomStringConvertible {
     var errno: Int32
     var description: String { "cannot bind a loopback port: \(String(cString: strerror(errno)))" }
+}
+
+/// What a collector logged, from any thread.
+final class LoggedLines: @unchecked Sendable {
+    // @unchecked Sendable: `all` is touched only under the lock.
+    private let lock = NSLock()
+    private var all: [String] = []
+    func append(_ line: String) { lock.withLock { all.append(line) } }
+    var lines: [String] { lock.withLock { all } }
 }
