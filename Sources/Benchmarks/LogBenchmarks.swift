@@ -124,7 +124,7 @@ public struct AppendBenchmark {
             let insert = try concurrently(connections) { worker in
                 let db = try Connection(url: url)
                 for event in batches[worker] {
-                    try db.query("insert into plain_insert (event_id, payload) values ($1::uuid, $2::jsonb)", [event.eventId, event.json])
+                    try db.preparedQuery("insert into plain_insert (event_id, payload) values ($1::uuid, $2::jsonb)", [event.eventId, event.json])
                 }
             }
             context.log("write path, \(connections) connection(s)")

@@ -33,9 +33,9 @@ public final class EventLog {
         do {
             let rows: QueryResult
             if let expectedVersion {
-                rows = try connection.query(EventLog.appendSQL + ", $2)", [jsonArray, expectedVersion])
+                rows = try connection.preparedQuery(EventLog.appendSQL + ", $2)", [jsonArray, expectedVersion])
             } else {
-                rows = try connection.query(EventLog.appendSQL + ")", [jsonArray])
+                rows = try connection.preparedQuery(EventLog.appendSQL + ")", [jsonArray])
             }
             return try EventLog.results(rows)
         } catch let error as PostgresError {

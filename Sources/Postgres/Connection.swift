@@ -9,6 +9,9 @@ import Foundation
 ///     let n: Int = try db.query("select count(*) from audit.events").scalar()
 public final class Connection {
     private let handle: OpaquePointer
+    /// The statements `preparedQuery` has prepared on this connection: SQL text -> statement name.
+    private var preparedNames: [String: String] = [:]
+    private var preparedCount = 0
 
     /// Opens a connection from a libpq URL or key=value string
     /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
@@ -42,6 +45,37 @@ public final class Connection {
         let texts = parameters.map { $0?.postgresText }
         let result = withCStrings(texts) { pointers in
             PQexecParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        }
+        return try check(result, context: "query failed")
+    }
+
+    /// Runs one statement like `query`, as a server-side prepared statement: prepared the first
+    /// time this connection runs `sql`, then only executed, so the server no longer parses and
+    /// plans it on every call. For the statements a connection runs many times (appends). A
+    /// statement the server no longer knows (after `DISCARD ALL`) is prepared again.
+    @discardableResult
+    public func preparedQuery(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
+        let texts = parameters.map { $0?.postgresText }
+        do {
+            return try executePrepared(sql, texts)
+        } catch let error as PostgresError where error.code.rawValue == "26000" {  // invalid_sql_statement_name
+            preparedNames[sql] = nil
+            return try executePrepared(sql, texts)
+        }
+    }
+
+    private func executePrepared(_ sql: String, _ texts: [String?]) throws -> QueryResult {
+        let name: String
+        if let known = preparedNames[sql] {
+            name = known
+        } else {
+            preparedCount += 1
+            name = "permaudit_\(preparedCount)"
+            _ = try check(PQprepare(handle, name, sql, Int32(texts.count), nil), context: "prepare failed")
+            preparedNames[sql] = name
+        }
+        let result = withCStrings(texts) { pointers in
+            PQexecPrepared(handle, name, Int32(pointers.count), pointers, nil, nil, 0)
         }
         return try check(result, context: "query failed")
     }

@@ -16,7 +16,8 @@ enum BenchCommand: Command {
           ingest   NDJSON ingest of --events generated events (default 1000000) vs raw COPY of
                    the same rows into a plain table with the same indexes
           append   single-event appends through audit.append_events with 1 and 8 connections vs
-                   a plain one-row INSERT per transaction (--events per connection, default 2000)
+                   a plain one-row INSERT per transaction, both prepared statements (--events
+                   per connection, default 2000)
           project  the projector over --events events (default 1000000) from an empty
                    projection, once in one pass and once in batches, vs a plain COPY of the same
                    rows out of the log; projector memory; the three headline questions from the

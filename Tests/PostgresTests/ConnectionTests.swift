@@ -52,6 +52,28 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
     }
 
+    func testPreparedQueriesArePreparedOnceAndAgainWhenDiscarded() throws {
+        let db = try Connection(url: url)
+        let sql = "select $1::int * 2, $2::text"
+        XCTAssertEqual(try db.preparedQuery(sql, [21, "a"]).decode((Int, String).self)[0].0, 42)
+        XCTAssertEqual(try db.preparedQuery(sql, [5, nil]).decode((Int, String?).self)[0].1, nil)
+        let prepared = try db.query("select count(*)::int from pg_prepared_statements where statement = $1", [sql]).scalar(Int.self)
+        XCTAssertEqual(prepared, 1, "prepared once for both calls")
+
+        try db.execute("discard all")   // the server forgets it: prepared again
+        XCTAssertEqual(try db.preparedQuery(sql, [1, "b"]).decode((Int, String).self)[0].0, 2)
+
+        // A statement that does not prepare throws its SQLSTATE and is not remembered.
+        XCTAssertThrowsError(try db.preparedQuery("select * from no_such_table")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "42P01")
+        }
+        try db.execute("create table no_such_table (n int)")
+        XCTAssertEqual(try db.preparedQuery("select count(*)::int from no_such_table").scalar(Int.self), 0)
+        XCTAssertThrowsError(try db.preparedQuery(sql, ["x", "c"])) { error in   // a bad parameter: the error, not a retry
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "22P02")
+        }
+    }
+
     func testConnectionFailureIsReported() {
         XCTAssertThrowsError(try Connection(url: "postgresql:///nope?host=/nonexistent-dir")) { error in
             XCTAssertEqual((error as? PostgresError)?.code, .connectionFailure)
