@@ -13,7 +13,8 @@ public enum SubjectRights {
         public var json: String
     }
 
-    /// Every event of the install, in stream order.
+    /// Every event of the install, in stream order. The database records the request in
+    /// audit.access_log (`audit.subject_events`, migration 024).
     public static func export(_ db: Connection, app: String, subject: String) throws -> [Event] {
         try db.query("""
             select position, transaction_id::text, to_char(recorded_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),

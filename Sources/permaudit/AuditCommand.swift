@@ -121,7 +121,6 @@ enum AuditCommand: Command {
                 guard format == "ndjson" || format == "json" else { throw UsageError(message: "'--format' must be ndjson or json", usage: usage) }
                 let db = try openDatabase(arguments)
                 let events = try SubjectRights.export(db, app: app, subject: subject)
-                try SubjectRights.recordAccess(db, command: "audit subject", details: ["app": app, "events": "\(events.count)"])
                 let lines = SubjectRights.ndjson(events)
                 print(format == "ndjson" ? lines : "[" + lines.split(separator: "\n").joined(separator: ",") + "]\n", terminator: "")
                 if events.isEmpty { printError("no events for this install (unknown, or erased)") }

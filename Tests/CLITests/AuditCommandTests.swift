@@ -63,7 +63,7 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0, "erasure leaves the seals intact")
 
         let record = try db.query("select command, details::text from audit.access_log order by access_id").decode((String, String).self)
-        XCTAssertEqual(record.map(\.0), ["audit verify", "audit seal", "audit verify", "audit prove", "audit subject", "audit erase", "audit erase", "audit verify"])
+        XCTAssertEqual(record.map(\.0), ["audit verify", "audit seal", "audit verify", "audit prove", "audit.subject_events", "audit erase", "audit erase", "audit verify"])
         XCTAssertFalse(record.contains { $0.1.contains("cli-secret-42") })
 
         // Tampering: exit 1 and the position.

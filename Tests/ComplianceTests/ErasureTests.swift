@@ -27,6 +27,12 @@ final class ErasureTests: XCTestCase {
         XCTAssertEqual(exported.count, 2)
         XCTAssertEqual(exported.map(\.sealId), [3, 3], "the second sealing made seal 3")
         XCTAssertTrue(exported.allSatisfy { $0.json.contains("\"subject\": \"\(secret)\"") })
+        // The database recorded the access request itself, without the install id; so it does
+        // for a call in plain SQL.
+        XCTAssertEqual(try db.query("select count(*)::int from audit.subject_events('com.example.app', $1)", [secret]).scalar(Int.self), 2)
+        let accesses = try db.query("select command, details::text from audit.access_log order by access_id").decode((String, String).self)
+        XCTAssertEqual(accesses.map(\.0), ["audit.subject_events", "audit.subject_events"])
+        XCTAssertEqual(accesses.map(\.1), ["{\"app\": \"com.example.app\", \"events\": 2}", "{\"app\": \"com.example.app\", \"events\": 2}"])
 
         let key = try XCTUnwrap(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "GDPR art. 17 request 42"))
         XCTAssertNil(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "again"))
