@@ -98,6 +98,48 @@ public func peakResidentMiB() -> Double {
     return Double(usage.ru_maxrss) / 1024
 }
 
+/// The highest memory seen while `body` runs, sampled every 10 ms: this process's resident set
+/// (VmRSS), and a local server backend's private memory (RssAnon: what it allocated, without the
+/// shared buffers it maps; nil when its /proc entry is not readable).
+public func peakMemory(serverBackend pid: Int, during body: () throws -> Void) rethrows -> (clientMiB: Double, serverPrivateMiB: Double?) {
+    final class Peaks: @unchecked Sendable {
+        // @unchecked Sendable: every field is touched only under the lock.
+        let lock = NSLock()
+        var client = 0.0
+        var server: Double?
+        var done = false
+        func sample(_ pid: Int) -> Bool {
+            let c = procStatusMiB("self", "VmRSS"), s = procStatusMiB("\(pid)", "RssAnon")
+            return lock.withLock {
+                client = max(client, c ?? 0)
+                if let s { server = max(server ?? 0, s) }
+                return !done
+            }
+        }
+    }
+    let peaks = Peaks()
+    let finished = DispatchSemaphore(value: 0)
+    Thread {
+        while peaks.sample(pid) { usleep(10_000) }
+        finished.signal()
+    }.start()
+    defer {
+        peaks.lock.withLock { peaks.done = true }
+        finished.wait()
+    }
+    try body()
+    _ = peaks.sample(pid)
+    return peaks.lock.withLock { (peaks.client, peaks.server) }
+}
+
+/// A field of /proc/PID/status in MiB (`VmRSS:   1234 kB`), nil when not readable.
+func procStatusMiB(_ pid: String, _ field: String) -> Double? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
+          let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
+    return kib / 1024
+}
+
 /// Current resident memory of this process, in MiB (from /proc/self/statm).
 public func currentResidentMiB() -> Double {
     guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),

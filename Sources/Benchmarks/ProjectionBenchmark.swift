@@ -75,7 +75,10 @@ public struct ProjectionBenchmark {
     public struct Result: Sendable {
         public var rows: [BenchmarkRow]
         public var headline: [(question: String, views: Double, log: Double)]
+        /// This process's resident memory before the projector ran, and its peak while it ran.
+        public var clientBeforeMiB: Double
         public var clientPeakMiB: Double
+        /// The projector's server backend: peak private memory (RssAnon) while it ran.
         public var serverPeakMiB: Double?
     }
 
@@ -105,20 +108,26 @@ public struct ProjectionBenchmark {
 
         // The projector over the same log in two databases, from an empty projection: the one-pass
         // build a first run or a rebuild does, and batches only (as with --batch-size).
-        func catchUp(_ url: String, onePass: Bool) throws -> (progress: Projector.Progress, seconds: Double, serverPeak: Double?) {
+        // Memory sampled while each runs: this process, and the backend's private memory.
+        let clientBefore = currentResidentMiB()
+        func catchUp(_ url: String, onePass: Bool) throws -> (progress: Projector.Progress, seconds: Double,
+                                                              memory: (clientMiB: Double, serverPrivateMiB: Double?)) {
             let projector = Projector(connection: try Connection(url: url))
             projector.batchSize = batchSize
             projector.buildsEmptyProjectionInOnePass = onePass
             var progress = Projector.Progress()
-            let seconds = try measure { progress = try projector.catchUp() }
+            var seconds = 0.0
+            let memory = try peakMemory(serverBackend: projector.connection.backendPID) {
+                seconds = try measure { progress = try projector.catchUp() }
+            }
             guard progress.events == events else { throw BenchmarkError("projected \(progress.events) of \(events) events") }
-            return (progress, seconds, Self.peakMiB(ofProcess: projector.connection.backendPID))
+            return (progress, seconds, memory)
         }
         context.log("projector: one-pass build of the empty projection")
         let onePass = try catchUp(url, onePass: true)
         context.log("projector: catch-up in batches from the start")
         let batches = try catchUp(batchesURL, onePass: false)
-        let serverPeak = [onePass.serverPeak, batches.serverPeak].compactMap { $0 }.max()
+        let serverPeak = [onePass.memory.serverPrivateMiB, batches.memory.serverPrivateMiB].compactMap { $0 }.max()
         try db.execute("analyze")
 
         context.log("headline questions")
@@ -133,25 +142,23 @@ public struct ProjectionBenchmark {
                 BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
                              note: "\(bytes / 1_048_576) MiB"),
                 BenchmarkRow(name: "projector, empty projection: one-pass build (projection.build_from_log)", count: onePass.progress.events,
-                             seconds: onePass.seconds, note: "\(onePass.progress.attempts) attempts"),
+                             seconds: onePass.seconds, note: "\(onePass.progress.attempts) attempts" + Self.backendNote(onePass.memory.serverPrivateMiB)),
                 BenchmarkRow(name: "projector catch-up in batches (projection.apply_batch, \(batchSize) per batch)", count: batches.progress.events,
-                             seconds: batches.seconds, note: "\(batches.progress.batches) batches, \(batches.progress.attempts) attempt updates"),
+                             seconds: batches.seconds, note: "\(batches.progress.batches) batches, \(batches.progress.attempts) attempt updates"
+                                 + Self.backendNote(batches.memory.serverPrivateMiB)),
             ],
-            headline: headline, clientPeakMiB: peakResidentMiB(), serverPeakMiB: serverPeak
+            headline: headline, clientBeforeMiB: clientBefore,
+            clientPeakMiB: max(onePass.memory.clientMiB, batches.memory.clientMiB), serverPeakMiB: serverPeak
         )
+    }
+
+    static func backendNote(_ privateMiB: Double?) -> String {
+        privateMiB.map { String(format: "; server backend peak %.0f MiB private", $0) } ?? ""
     }
 
     static func median(runs: Int = 5, _ body: () throws -> Void) throws -> Double {
         var times: [Double] = []
         for _ in 0..<runs { times.append(try measure(body)) }
         return times.sorted()[times.count / 2]
-    }
-
-    /// The peak resident memory (VmHWM) of a local server process, if readable.
-    static func peakMiB(ofProcess pid: Int) -> Double? {
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-              let kib = Double(line.split(separator: " ").dropFirst().first ?? "") else { return nil }
-        return kib / 1024
     }
 }
