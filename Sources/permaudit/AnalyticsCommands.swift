@@ -3,6 +3,7 @@ import Compliance
 import EventLog
 import Foundation
 import PermissionEvents
+import Postgres
 import Projections
 
 enum ProjectCommand: Command {
@@ -19,8 +20,10 @@ enum ProjectCommand: Command {
         next batch waits for it and continues from the rebuilt checkpoint.
           --once     catch up to the current end, print what was done, exit
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
-                     SIGINT/SIGTERM finish the current batch and exit 0; with --seal-every N
-                     it also seals the committed log every N seconds (permaudit audit seal)
+                     SIGINT/SIGTERM finish the current batch and exit 0; a lost connection
+                     (database restart) is retried every 1-30 s, then it takes the lock again
+                     and goes on from the checkpoint; with --seal-every N it also seals the
+                     committed log every N seconds (permaudit audit seal)
           --rebuild  recompute everything from the start in one transaction: readers see the
                      previous numbers until it commits, then the new ones at once
           --status   checkpoint, events behind, age of the oldest unprojected event
@@ -39,9 +42,14 @@ enum ProjectCommand: Command {
         try arguments.noPositionals()
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
-        let projector = Projector(connection: try openDatabase(arguments))
-        projector.batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
-        projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
+        let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
+        func makeProjector() throws -> Projector {
+            let projector = Projector(connection: try openDatabase(arguments))
+            projector.batchSize = batchSize
+            projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
+            return projector
+        }
+        var projector = try makeProjector()
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
@@ -53,9 +61,10 @@ enum ProjectCommand: Command {
         let progressLine: (Projector.Progress) -> Void = { progress in
             if interactive { FileHandle.standardError.write(Data("\r\(report(progress))".utf8)) }
         }
-        if modes[0] == "--once" || modes[0] == "--follow" {
+        func acquire(_ projector: Projector) throws {
             do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         }
+        if modes[0] == "--once" || modes[0] == "--follow" { try acquire(projector) }
         switch modes[0] {
         case "--status":
             let status = try projector.status()
@@ -82,15 +91,28 @@ enum ProjectCommand: Command {
                 do { sealer = Sealer(key: try KeyStore.signingKey(at: url)) } catch { throw CommandFailure(message: "\(error)") }
             }
             let sealEvery = Double(try arguments.int("--seal-every", default: 60, range: 1...86_400))
-            try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
-                printError(report(progress))
-            }, afterCatchUp: {
-                guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
-                lastSeal = Date()
-                for seal in try sealer.seal(projector.connection) {
-                    printError("sealed \(seal.eventCount) events as seal \(seal.id)")
+            while !stop.requested() {
+                do {
+                    try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
+                        printError(report(progress))
+                    }, afterCatchUp: {
+                        guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
+                        lastSeal = Date()
+                        for seal in try sealer.seal(projector.connection) {
+                            printError("sealed \(seal.eventCount) events as seal \(seal.id)")
+                        }
+                    })
+                } catch let error as PostgresError where !projector.connection.isOpen {
+                    // The connection is gone (a database restart, a terminated backend): the batch in
+                    // flight rolled back with it. Connect again, take the lock again, go on from the
+                    // checkpoint.
+                    printError("lost the database connection (\(error)); reconnecting")
+                    guard let next = try reconnect(makeProjector, stop: stop) else { break }
+                    try acquire(next)
+                    projector = next
+                    printError("reconnected; following the log again")
                 }
-            })
+            }
             printError("stopped")
         }
         return 0
@@ -146,6 +168,29 @@ enum StatsCommand: Command {
         print(ResultTable.render(tables, format), terminator: "")
         return 0
     }
+}
+
+/// A new projector once the database answers again, retrying every 1, 2, 4 ... 30 s; nil when a
+/// stop is requested meanwhile. Errors other than an unreachable database end the wait.
+private func reconnect(_ make: () throws -> Projector, stop: StopSignal) throws -> Projector? {
+    var delay = 1.0
+    var reported = false
+    while !stop.requested() {
+        var waited = 0.0
+        while waited < delay && !stop.requested() {
+            Thread.sleep(forTimeInterval: 0.1)
+            waited += 0.1
+        }
+        if stop.requested() { break }
+        do {
+            return try make()
+        } catch let error as PostgresError where error.code == .connectionFailure {
+            if !reported { printError("the database is unavailable (\(error)); retrying up to every 30 s") }
+            reported = true
+            delay = min(delay * 2, 30)
+        }
+    }
+    return nil
 }
 
 /// Set by SIGINT or SIGTERM; polled between batches.

@@ -269,6 +269,43 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(status.stdout.contains("events behind: 0"), status.stdout)
     }
 
+    func testFollowerReconnectsAfterLosingItsConnection() throws {
+        let db = try Connection(url: url)
+        try TestDatabase.append([EventFixtures.event(subject: "reconnect-a")], to: db)
+        let stderr = Pipe()
+        let process = Process()
+        process.executableURL = CLITests.binary
+        process.arguments = ["project", "--follow", "--poll", "1"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = stderr
+        try process.run()
+        func waitForProjected(_ count: Int) throws -> Bool {
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                if try db.query("select events_projected from projection.checkpoint").scalar(Int.self) == count { return true }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            return false
+        }
+        XCTAssertTrue(try waitForProjected(1))
+        // Its backend terminated (as by a database restart): it connects again and goes on.
+        let terminated = try db.query("""
+            select count(pg_terminate_backend(pid))::int from pg_stat_activity
+             where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+            """).scalar(Int.self)
+        XCTAssertEqual(terminated, 1)
+        try TestDatabase.append([EventFixtures.event(subject: "reconnect-b")], to: db)
+        XCTAssertTrue(try waitForProjected(2), "the follower projected the event appended after the loss")
+        process.terminate()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertTrue(log.contains("lost the database connection"), log)
+        XCTAssertTrue(log.contains("reconnected; following the log again"), log)
+        XCTAssertTrue(log.hasSuffix("stopped\n"), log)
+    }
+
     func testStatsCommands() throws {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 12)
