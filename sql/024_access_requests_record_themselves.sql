@@ -6,6 +6,9 @@
 -- SQL exported an install's events without a trace in audit.access_log. The function now writes
 -- the record itself, in the caller's transaction: command 'audit.subject_events', the app and
 -- the number of events, never the install id. The CLI no longer adds a record of its own.
+-- A caller that rolls its transaction back takes that row with it; the server log keeps a line
+-- (RAISE LOG, not sent to the client) either way. A read-only transaction (a hot standby)
+-- cannot export: the record cannot be written there.
 --
 -- The body is 011's query; it becomes PL/pgSQL (a read function that writes must be VOLATILE).
 -- CREATE OR REPLACE keeps the owner and the grants; security definer and search_path are
@@ -32,6 +35,7 @@ begin
      where l.app = p_app and l.subject = p_subject
      order by e.stream_version;
     get diagnostics n = row_count;
+    raise log 'permaudit access request: audit.subject_events by %, app %, % events', session_user, p_app, n;
     insert into audit.access_log (role_name, login_name, command, details)
     values (session_user, session_user, 'audit.subject_events', jsonb_build_object('app', p_app, 'events', n));
 end;

@@ -148,13 +148,12 @@ final class GroupCommitter: @unchecked Sendable {
     }
 
     /// Logs when the database becomes unavailable and when it is back: one line each, not one per
-    /// refused request.
+    /// refused request; under the lock, so that the lines come in the order of the changes.
     private func databaseState(down: Bool, _ error: (any Error)? = nil) {
         condition.lock()
-        let changed = databaseDown != down
+        defer { condition.unlock() }
+        guard databaseDown != down else { return }
         databaseDown = down
-        condition.unlock()
-        guard changed else { return }
         log(down ? "collector: the database is unavailable (\(error.map { "\($0)" } ?? "")); answering 503 until it is back"
                  : "collector: the database is available again")
     }

@@ -94,7 +94,7 @@ public enum Findings {
             select app, platform, permission, count(*)::bigint
               from projection.attempts
              where ($1::text is null or app = $1) and prompted_any and not prompted_dialog and outcome = 'denied'
-               and not (platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13)  -- the rule above
+               and (platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13) is not true  -- the rule above
              group by 1, 2, 3 order by 1, 2, 3
             """, [app]).decode((String, String, String?, Int).self) {
             findings.append(Finding(

@@ -39,7 +39,8 @@ public struct Verifier {
         /// Events committed after the last seal (not yet sealed): how many, the first position.
         public var unsealed = 0
         public var firstUnsealed: Int64?
-        /// The newest seal's id and hash (hex): what to keep outside the database for `expectedSeal`.
+        /// The newest seal's id and hash (hex): what to keep outside the database for `expectedSeal`
+        /// (printed only when the chain is intact).
         public var newestSeal: (id: Int64, hash: String)?
         public var intact: Bool { failures.isEmpty }
 
@@ -47,7 +48,7 @@ public struct Verifier {
             func range(_ r: ClosedRange<Int64>?) -> String { r.map { "positions \($0.lowerBound)...\($0.upperBound)" } ?? "all" }
             var out = ["range requested: \(range(requested))", "range found: \(found.map { range($0) } ?? "no sealed events")",
                        "seals valid: \(sealsValid)/\(sealsChecked)", "events valid: \(eventsValid)/\(eventsChecked)"]
-            if let newestSeal { out.append("newest seal: \(newestSeal.id), hash \(newestSeal.hash)") }
+            if let newestSeal, intact { out.append("newest seal: \(newestSeal.id), hash \(newestSeal.hash)") }
             out += failures.map { "FAIL \($0)" }
             if unsealed > 0 {
                 out.append("unsealed tail: \(unsealed) events from position \(firstUnsealed ?? 0) are not sealed yet (run 'permaudit audit seal')")

@@ -52,7 +52,8 @@ public final class Connection {
     /// Runs one statement like `query`, as a server-side prepared statement: prepared the first
     /// time this connection runs `sql`, then only executed, so the server no longer parses and
     /// plans it on every call. For the statements a connection runs many times (appends). A
-    /// statement the server no longer knows (after `DISCARD ALL`) is prepared again.
+    /// statement the server no longer knows (after `DISCARD ALL`) is prepared again: at once
+    /// outside a transaction; inside one, whose failed statement aborted it, on the next call.
     @discardableResult
     public func preparedQuery(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
         let texts = parameters.map { $0?.postgresText }
@@ -60,6 +61,7 @@ public final class Connection {
             return try executePrepared(sql, texts)
         } catch let error as PostgresError where error.code.rawValue == "26000" {  // invalid_sql_statement_name
             preparedNames[sql] = nil
+            guard PQtransactionStatus(handle) == PQTRANS_IDLE else { throw error }
             return try executePrepared(sql, texts)
         }
     }

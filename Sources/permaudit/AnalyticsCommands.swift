@@ -1,5 +1,6 @@
 import Analytics
 import Compliance
+import Crypto
 import EventLog
 import Foundation
 import PermissionEvents
@@ -43,13 +44,13 @@ enum ProjectCommand: Command {
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
         let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
-        func makeProjector() throws -> Projector {
-            let projector = Projector(connection: try openDatabase(arguments))
+        func makeProjector(_ connection: Connection) -> Projector {
+            let projector = Projector(connection: connection)
             projector.batchSize = batchSize
             projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
             return projector
         }
-        var projector = try makeProjector()
+        var projector = makeProjector(try openDatabase(arguments))
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
@@ -91,6 +92,8 @@ enum ProjectCommand: Command {
                 do { sealer = Sealer(key: try KeyStore.signingKey(at: url)) } catch { throw CommandFailure(message: "\(error)") }
             }
             let sealEvery = Double(try arguments.int("--seal-every", default: 60, range: 1...86_400))
+            // Reconnections go to the URL found now: a stopped embedded cluster is waited for, not started.
+            let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
             while !stop.requested() {
                 do {
                     try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
@@ -99,7 +102,7 @@ enum ProjectCommand: Command {
                         guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
                         lastSeal = Date()
                         for seal in try sealer.seal(projector.connection) {
-                            printError("sealed \(seal.eventCount) events as seal \(seal.id)")
+                            printError("sealed \(seal.eventCount) events as seal \(seal.id), seal hash \(Hex.encode(seal.sealHash))")
                         }
                     })
                 } catch let error as PostgresError where !projector.connection.isOpen {
@@ -107,7 +110,7 @@ enum ProjectCommand: Command {
                     // flight rolled back with it. Connect again, take the lock again, go on from the
                     // checkpoint.
                     printError("lost the database connection (\(error)); reconnecting")
-                    guard let next = try reconnect(makeProjector, stop: stop) else { break }
+                    guard let next = try reconnect({ makeProjector(try Connection(url: databaseURL)) }, stop: stop) else { break }
                     try acquire(next)
                     projector = next
                     printError("reconnected; following the log again")

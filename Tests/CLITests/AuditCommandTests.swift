@@ -97,6 +97,7 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(tampered.status, 1, tampered.stdout)
         XCTAssertTrue(tampered.stdout.contains("FAIL seal 1: missing seal: no seal has the expected hash \(hash.prefix(16))..."), tampered.stdout)
         XCTAssertTrue(tampered.stdout.hasSuffix("result: TAMPERED (1 failures)\n"), tampered.stdout)
+        XCTAssertFalse(tampered.stdout.contains("newest seal"), "no hash to keep from a tampered chain")
 
         // Every seal deleted: tampered, not "could not verify".
         try db.execute("delete from audit.seals")

@@ -62,6 +62,14 @@ final class ConnectionTests: XCTestCase {
 
         try db.execute("discard all")   // the server forgets it: prepared again
         XCTAssertEqual(try db.preparedQuery(sql, [1, "b"]).decode((Int, String).self)[0].0, 2)
+        // Inside a transaction the failed statement aborts it: the error, and prepared again next time.
+        try db.execute("discard all")
+        try db.execute("begin")
+        XCTAssertThrowsError(try db.preparedQuery(sql, [1, "b"])) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "26000")
+        }
+        try db.execute("rollback")
+        XCTAssertEqual(try db.transaction { try db.preparedQuery(sql, [3, "c"]).decode((Int, String).self)[0].0 }, 6)
 
         // A statement that does not prepare throws its SQLSTATE and is not remembered.
         XCTAssertThrowsError(try db.preparedQuery("select * from no_such_table")) { error in
