@@ -9,7 +9,7 @@
 -- Each is now allowed 32 MB, hash tables included; what does not fit spills to temporary files,
 -- as the larger logs already did.
 --
--- ALTER FUNCTION ... SET replaces 022's work_mem setting without restating the function.
+-- ALTER FUNCTION ... SET replaces the work_mem setting of 022/023 without restating the function.
 
 alter function projection.build_from_log() set work_mem = '32MB';
 alter function projection.build_from_log() set hash_mem_multiplier = 1;

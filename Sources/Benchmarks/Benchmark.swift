@@ -109,9 +109,9 @@ public func peakMemory(serverBackend pid: Int, during body: () throws -> Void) r
         var server: Double?
         var done = false
         func sample(_ pid: Int) -> Bool {
-            let c = procStatusMiB("self", "VmRSS"), s = procStatusMiB("\(pid)", "RssAnon")
+            let c = currentResidentMiB(), s = procStatusMiB("\(pid)", "RssAnon")
             return lock.withLock {
-                client = max(client, c ?? 0)
+                client = max(client, c)
                 if let s { server = max(server ?? 0, s) }
                 return !done
             }
@@ -140,9 +140,7 @@ func procStatusMiB(_ pid: String, _ field: String) -> Double? {
     return kib / 1024
 }
 
-/// Current resident memory of this process, in MiB (from /proc/self/statm).
+/// Current resident memory of this process, in MiB (VmRSS; 0 when not readable).
 public func currentResidentMiB() -> Double {
-    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8),
-          let pages = Double(text.split(separator: " ")[1]) else { return 0 }
-    return pages * Double(sysconf(Int32(_SC_PAGESIZE))) / 1_048_576
+    procStatusMiB("self", "VmRSS") ?? 0
 }

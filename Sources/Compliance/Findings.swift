@@ -47,8 +47,8 @@ public enum Findings {
         for (app, majors, requests, silent) in try db.query("""
             select app, string_agg(distinct os_major::text, ', '), count(*)::bigint, count(*) filter (where not prompted_dialog)::bigint
               from projection.attempts
-             where ($1::text is null or app = $1) and platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE'
-               and os_major >= 13 and prompted_any
+             where ($1::text is null or app = $1) and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13
+               and prompted_any
              group by 1 order by 1
             """, [app]).decode((String, String, Int, Int).self) {
             findings.append(Finding(
@@ -94,7 +94,7 @@ public enum Findings {
             select app, platform, permission, count(*)::bigint
               from projection.attempts
              where ($1::text is null or app = $1) and prompted_any and not prompted_dialog and outcome = 'denied'
-               and (platform = 'android' and permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13) is not true  -- the rule above
+               and (permission = 'android.READ_EXTERNAL_STORAGE' and os_major >= 13) is not true  -- the rule above
              group by 1, 2, 3 order by 1, 2, 3
             """, [app]).decode((String, String, String?, Int).self) {
             findings.append(Finding(

@@ -38,7 +38,7 @@ enum AuditCommand: Command {
         ("--key-dir <dir>", "Where keygen writes the pair (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
-        ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal and verify); tampered if no seal has it."),
+        ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal, and by verify when intact); tampered if no seal has it."),
         ("--app <app>", "subject, erase: the app."), ("--subject <id>", "subject, erase: the install id."),
         ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
