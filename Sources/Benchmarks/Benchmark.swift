@@ -98,21 +98,33 @@ public func peakResidentMiB() -> Double {
     return Double(usage.ru_maxrss) / 1024
 }
 
+/// Server backends whose memory `peakMemory` samples; one may join while it samples (the
+/// projector's second connection for a one-pass build).
+public final class ServerBackends: @unchecked Sendable {
+    // @unchecked Sendable: `pids` is touched only under the lock.
+    private let lock = NSLock()
+    private var pids: [Int]
+    public init(_ pids: [Int]) { self.pids = pids }
+    public func add(_ pid: Int) { lock.withLock { pids.append(pid) } }
+    var all: [Int] { lock.withLock { pids } }
+}
+
 /// The highest memory seen while `body` runs, sampled every 10 ms: this process's resident set
-/// (VmRSS), and a local server backend's private memory (RssAnon: what it allocated, without the
-/// shared buffers it maps; nil when its /proc entry is not readable).
-public func peakMemory(serverBackend pid: Int, during body: () throws -> Void) rethrows -> (clientMiB: Double, serverPrivateMiB: Double?) {
+/// (VmRSS), and the private memory of local server backends, summed (RssAnon: what they
+/// allocated, without the shared buffers they map; nil when no /proc entry is readable).
+public func peakMemory(serverBackends backends: ServerBackends, during body: () throws -> Void) rethrows -> (clientMiB: Double, serverPrivateMiB: Double?) {
     final class Peaks: @unchecked Sendable {
         // @unchecked Sendable: every field is touched only under the lock.
         let lock = NSLock()
         var client = 0.0
         var server: Double?
         var done = false
-        func sample(_ pid: Int) -> Bool {
-            let c = currentResidentMiB(), s = procStatusMiB("\(pid)", "RssAnon")
+        func sample(_ backends: ServerBackends) -> Bool {
+            let c = currentResidentMiB()
+            let s = backends.all.compactMap { procStatusMiB("\($0)", "RssAnon") }
             return lock.withLock {
                 client = max(client, c)
-                if let s { server = max(server ?? 0, s) }
+                if !s.isEmpty { server = max(server ?? 0, s.reduce(0, +)) }
                 return !done
             }
         }
@@ -120,7 +132,7 @@ public func peakMemory(serverBackend pid: Int, during body: () throws -> Void) r
     let peaks = Peaks()
     let finished = DispatchSemaphore(value: 0)
     Thread {
-        while peaks.sample(pid) { usleep(10_000) }
+        while peaks.sample(backends) { usleep(10_000) }
         finished.signal()
     }.start()
     defer {
@@ -128,7 +140,7 @@ public func peakMemory(serverBackend pid: Int, during body: () throws -> Void) r
         finished.wait()
     }
     try body()
-    _ = peaks.sample(pid)
+    _ = peaks.sample(backends)
     return peaks.lock.withLock { (peaks.client, peaks.server) }
 }
 

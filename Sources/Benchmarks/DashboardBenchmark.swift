@@ -70,7 +70,7 @@ public struct DashboardBenchmark {
               from audit.events where position % 1000 = 0
             """)
         context.log("projector catch-up")
-        try Projector(connection: try Connection(url: url)).catchUp()
+        try Projector(url: url).catchUp()
         try db.execute("vacuum analyze")
 
         let lastDay: Date = try db.query("select (max(day) + 1)::timestamp at time zone 'UTC' from analytics.events_daily").scalar()

@@ -6,10 +6,10 @@ import Postgres
 ///
 /// Each batch is one transaction running `projection.apply_batch`: the projection writes and the
 /// checkpoint commit together, so a crash at any instant loses or double-counts nothing. An empty
-/// projection is first built in one pass over the log (`projection.build_from_log`), also one
-/// transaction.
+/// projection is first built in one pass over the log, also one transaction (with a second
+/// connection for part of it when the projector has one: `Projector(url:)`).
 ///
-///     let projector = Projector(connection: try Database.connect())
+///     let projector = try Projector(url: try Database.resolveURL(nil))
 ///     try projector.acquire()          // only one projector at a time
 ///     let done = try projector.catchUp()
 public final class Projector {
@@ -23,7 +23,21 @@ public final class Projector {
     public static let channel = "permaudit_events"
     static let lockKey = "permaudit.projector"
 
+    /// Opens a second connection for the one-pass build of an empty projection (`init(url:)`
+    /// sets it). The build then computes the tables of installs and intake on it, in a
+    /// transaction of its own (`projection.stage_install_tables`), while `connection` builds the
+    /// attempts and the counts, and copies them in before it commits: the server's second core
+    /// does part of the work (migration 026, BENCHMARKS.md). Nil: the build runs on `connection`
+    /// alone (`projection.build_from_log`).
+    public var openBuildHelper: (() throws -> Connection)?
+
     public init(connection: Connection) { self.connection = connection }
+
+    /// A projector connected to `url`, which opens a second connection there for a one-pass build.
+    public convenience init(url: String) throws {
+        self.init(connection: try Connection(url: url))
+        openBuildHelper = { try Connection(url: url) }
+    }
 
     public struct Progress: Sendable, Equatable {
         public var events = 0
@@ -163,7 +177,20 @@ public final class Projector {
 
     /// The one-pass build; it projects nothing unless the projection is empty.
     private func buildFromLog() throws -> Progress {
-        try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
+        guard let openBuildHelper else {
+            return try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
+        }
+        // The horizon locks the empty checkpoint until this transaction ends; nil: already built.
+        guard let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self) else {
+            return try progress(of: "select 0, 0, c.transaction_id::text, c.position from projection.checkpoint c where c.name = 'analytics'")
+        }
+        let helper = try openBuildHelper()
+        try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
+        let attempts = try connection.query("select projection.build_attempts($1::xid8)", [horizon]).scalar(Int.self)
+        try helper.receiveResult()  // committed: the staged rows are visible to this transaction's next statement
+        var done = try progress(of: "select events, 0, transaction_id::text, position from projection.finish_build($1::xid8)", [horizon])
+        done.attempts = attempts
+        return done
     }
 
     private func progress(of sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> Progress {

@@ -16,7 +16,7 @@ extension TestDatabase {
         let ingestor = Ingestor(log: EventLog(connection: try Connection(url: url)))
         ingestor.mode = .storeValid
         _ = try ingestor.ingest([path])
-        try Projector(connection: try Connection(url: url)).catchUp()
+        try Projector(url: url).catchUp()
         return run.truth
     }
 }

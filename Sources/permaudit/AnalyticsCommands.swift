@@ -14,10 +14,11 @@ enum ProjectCommand: Command {
     static let discussion = """
         Reads the log in committed order, in batches; each batch's projection writes and its
         checkpoint commit in one transaction. An empty projection (the first run, a rebuild, a
-        migration that reset it) is first built in one pass over the log, one transaction,
-        unless --batch-size is given. Only one projector catches up at a time: a second
-        --once or --follow exits with a message naming the first, or queues behind it with
-        --wait. --rebuild may run beside them: it waits for their batch in flight, and their
+        migration that reset it) is first built in one pass over the log, one transaction (a
+        second connection computes the install tables meanwhile, into staging tables that the
+        transaction copies), unless --batch-size is given. Only one projector catches up at a
+        time: a second --once or --follow exits with a message naming the first, or queues
+        behind it with --wait. --rebuild may run beside them: it waits for their batch in flight, and their
         next batch waits for it and continues from the rebuilt checkpoint.
           --once     catch up to the current end, print what was done, exit
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
@@ -44,13 +45,18 @@ enum ProjectCommand: Command {
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
         let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
+        let connection = try openDatabase(arguments)
+        // Reconnections and the one-pass build's second connection go to the URL found now: a
+        // stopped embedded cluster is waited for, not started.
+        let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
         func makeProjector(_ connection: Connection) -> Projector {
             let projector = Projector(connection: connection)
             projector.batchSize = batchSize
             projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
+            projector.openBuildHelper = { try Connection(url: databaseURL) }
             return projector
         }
-        var projector = makeProjector(try openDatabase(arguments))
+        var projector = makeProjector(connection)
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
         func report(_ progress: Projector.Progress) -> String {
@@ -92,8 +98,6 @@ enum ProjectCommand: Command {
                 do { sealer = Sealer(key: try KeyStore.signingKey(at: url)) } catch { throw CommandFailure(message: "\(error)") }
             }
             let sealEvery = Double(try arguments.int("--seal-every", default: 60, range: 1...86_400))
-            // Reconnections go to the URL found now: a stopped embedded cluster is waited for, not started.
-            let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
             while !stop.requested() {
                 do {
                     try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in

@@ -68,9 +68,9 @@ enum BenchCommand: Command {
             reference = rows[0].name
             print("permaudit bench project, \(ISO8601DateFormatter().string(from: Date())), \(BenchmarkReport.machine)\n")
             print(BenchmarkReport.table(rows, reference: reference))
-            print(String(format: "projector peak memory: client %.0f MiB (%.0f MiB before the catch-up), server backend %@\n",
+            print(String(format: "projector peak memory: client %.0f MiB (%.0f MiB before the catch-up), server backends %@\n",
                          result.clientPeakMiB, result.clientBeforeMiB,
-                         result.serverPeakMiB.map { String(format: "%.0f MiB private (RssAnon)", $0) } ?? "not readable"))
+                         result.serverPeakMiB.map { String(format: "%.0f MiB private (RssAnon, summed)", $0) } ?? "not readable"))
             print("| headline question | from the views (ms) | ad-hoc over the log (ms) | speed-up |\n|---|---:|---:|---:|")
             for item in result.headline {
                 print(String(format: "| %@ | %.1f | %.1f | %.0fx |", item.question, item.views * 1000, item.log * 1000, item.log / max(item.views, 1e-9)))

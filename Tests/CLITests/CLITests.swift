@@ -211,8 +211,9 @@ final class ProjectCommandTests: XCTestCase {
         let events = random.events(attempts: 3000, subjects: 300)
         try TestDatabase.append(events, to: db, chunk: 1000)
         // The one-pass build of the empty projection is one transaction: killed while the server
-        // runs it, it leaves the projection empty. A lock held here stops the build at its third
-        // statement (after the attempts are written), so the kill lands mid-build every time.
+        // runs it, it leaves the projection empty. A lock held here stops the build where it copies
+        // the install tables its second connection staged (after the attempts are written), so the
+        // kill lands mid-build every time.
         let blocker = try Connection(url: url)
         try blocker.execute("begin")
         try blocker.execute("lock table projection.permission_state in share mode")
@@ -222,7 +223,7 @@ final class ProjectCommandTests: XCTestCase {
         onePass.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
         onePass.standardOutput = FileHandle.nullDevice
         onePass.standardError = FileHandle.nullDevice
-        let building = "select count(*) from pg_stat_activity where query like '%build_from_log%' and pid <> pg_backend_pid()"
+        let building = "select count(*) from pg_stat_activity where query like '%finish_build%' and pid <> pg_backend_pid()"
         try onePass.run()
         let deadline = Date().addingTimeInterval(60)
         while try db.query(building + " and wait_event_type = 'Lock'").scalar(Int.self) == 0 {

@@ -27,6 +27,16 @@ final class RoleMatrixTests: XCTestCase {
             ("truncate the log", "truncate audit.events", []),
             ("run a projection batch", "select * from projection.apply_batch(10)", ["permaudit_projector"]),
             ("build an empty projection in one pass", "select * from projection.build_from_log()", ["permaudit_projector"]),
+            ("take a one-pass build's horizon", "select projection.build_horizon()", ["permaudit_projector"]),
+            ("stage the install tables of a build", "select projection.stage_install_tables(pg_snapshot_xmin(pg_current_snapshot()))", ["permaudit_projector"]),
+            ("build the attempts of a build", "select projection.build_attempts(pg_snapshot_xmin(pg_current_snapshot()))", ["permaudit_projector"]),
+            ("build on two connections, function by function", """
+                do $$ declare h xid8 := projection.build_horizon(); begin
+                    perform projection.stage_install_tables(h); perform projection.build_attempts(h); perform projection.finish_build(h);
+                end $$
+                """, ["permaudit_projector"]),
+            ("read the build's staging tables", "select count(*) from projection.staged_permission_state", []),
+            ("check a build horizon", "select projection.check_build_horizon('1', false)", []),
             ("write projection tables", "delete from projection.outcomes_daily", []),
             ("read projection state", "select count(*) from projection.attempts", ["permaudit_auditor"]),
             ("read the analytics views", "select count(*) from analytics.permission_outcomes_daily", ["permaudit_analyst", "permaudit_auditor"]),

@@ -36,13 +36,17 @@ final class ProjectorTests: XCTestCase {
             XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed)")
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.permission_outcomes_daily").scalar(Int.self), 5)
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.experiment_arms").scalar(Int.self), 1)
-            // A rebuild gives the same numbers and the same stored states, in one pass
-            // (projection.build_from_log) and in batches.
+            // A rebuild gives the same numbers and the same stored states, in one pass (on one
+            // connection, projection.build_from_log, and on two, as `project` runs it) and in batches.
             let before = try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db)
             projector.buildsEmptyProjectionInOnePass = true
-            XCTAssertEqual(try projector.rebuild().batches, 1, "one pass")
-            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), one-pass rebuild")
-            XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed), one-pass rebuild")
+            for helper in [false, true] {
+                projector.openBuildHelper = helper ? { try Connection(url: url) } : nil
+                XCTAssertEqual(try projector.rebuild().batches, 1, "one pass")
+                XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), one-pass rebuild, helper \(helper)")
+                XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed), one-pass rebuild, helper \(helper)")
+            }
+            XCTAssertEqual(try db.query("select count(*) from projection.staged_stream_clock").scalar(Int.self), 0, "staging emptied")
             projector.buildsEmptyProjectionInOnePass = false
             XCTAssertGreaterThan(try projector.rebuild().batches, 1)
             XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), rebuild in batches")
@@ -68,7 +72,7 @@ final class ProjectorTests: XCTestCase {
             defer { TestDatabase.drop(url) }
             let db = try Connection(url: url)
             let holder = try Connection(url: url)
-            let projector = Projector(connection: try Connection(url: url))
+            let projector = try Projector(url: url)  // a one-pass build on two connections
             projector.buildsEmptyProjectionInOnePass = onePass
             let attempt = UUID()
             try EventLog(connection: db).append([EventFixtures.event(type: "permission.prompted", subject: "early", attempt: UUID(),
@@ -158,7 +162,7 @@ final class ProjectorTests: XCTestCase {
             _ = try? Projector(connection: connection).follow(pollInterval: 1, shouldStop: { followerDone.isSet })
         }
         followThread.start()
-        let rebuilder = Projector(connection: try Connection(url: url))
+        let rebuilder = try Projector(url: url)
         try rebuilder.rebuild()
         rebuilder.buildsEmptyProjectionInOnePass = false
         rebuilder.batchSize = 97
@@ -194,7 +198,7 @@ final class ProjectorTests: XCTestCase {
         let errors = LockedValues<String>()
         let finished = LockedFlag()
         let rebuild = Thread {
-            do { try Projector(connection: try Connection(url: url)).rebuild() } catch { errors.append("\(error)") }
+            do { try Projector(url: url).rebuild() } catch { errors.append("\(error)") }
             finished.set()
         }
         rebuild.start()
