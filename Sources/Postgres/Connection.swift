@@ -100,6 +100,17 @@ public final class Connection {
         return try check(first, context: "query failed")
     }
 
+    /// Asks the server to cancel the statement in progress on this connection (a request on a
+    /// connection of its own, as libpq sends it); returns whether it was sent. The statement then
+    /// fails with SQLSTATE 57014, which `receiveResult()` reports; nothing happens if it ended.
+    @discardableResult
+    public func cancel() -> Bool {
+        guard let request = PQgetCancel(handle) else { return false }
+        defer { PQfreeCancel(request) }
+        var message = [CChar](repeating: 0, count: 256)
+        return PQcancel(request, &message, Int32(message.count)) == 1
+    }
+
     /// Runs one or more statements without parameters (for DDL and migration files).
     public func execute(_ sql: String) throws {
         _ = try check(PQexec(handle, sql), context: "statement failed")

@@ -27,8 +27,8 @@ public final class Projector {
     /// sets it). The build then computes the tables of installs and intake on it, in a
     /// transaction of its own (`projection.stage_install_tables`), while `connection` builds the
     /// attempts and the counts, and copies them in before it commits: the server's second core
-    /// does part of the work (migration 026, BENCHMARKS.md). Nil: the build runs on `connection`
-    /// alone (`projection.build_from_log`).
+    /// does part of the work (migration 026, BENCHMARKS.md). Nil, or when it throws: the build
+    /// runs on `connection` alone.
     public var openBuildHelper: (() throws -> Connection)?
 
     public init(connection: Connection) { self.connection = connection }
@@ -184,10 +184,22 @@ public final class Projector {
         guard let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self) else {
             return try progress(of: "select 0, 0, c.transaction_id::text, c.position from projection.checkpoint c where c.name = 'analytics'")
         }
-        let helper = try openBuildHelper()
-        try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
-        let attempts = try connection.query("select projection.build_attempts($1::xid8)", [horizon]).scalar(Int.self)
-        try helper.receiveResult()  // committed: the staged rows are visible to this transaction's next statement
+        let attempts: Int
+        let buildAttempts = "select projection.build_attempts($1::xid8)"
+        if let helper = try? openBuildHelper() {
+            try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
+            do {
+                attempts = try connection.query(buildAttempts, [horizon]).scalar(Int.self)
+            } catch {
+                helper.cancel()  // else it runs on, and keeps the staging tables locked until it ends
+                throw error
+            }
+            try helper.receiveResult()  // committed: the staged rows are visible to this transaction's next statement
+        } else {
+            // No second connection to be had (a connection limit): this one stages the tables too.
+            try connection.query("select projection.stage_install_tables($1::xid8)", [horizon])
+            attempts = try connection.query(buildAttempts, [horizon]).scalar(Int.self)
+        }
         var done = try progress(of: "select events, 0, transaction_id::text, position from projection.finish_build($1::xid8)", [horizon])
         done.attempts = attempts
         return done

@@ -142,6 +142,17 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(try db.receiveResult().scalar(Int.self), 42)
     }
 
+    func testCancelEndsTheStatementInProgress() throws {
+        let db = try Connection(url: url)
+        try db.sendQuery("select pg_sleep(30)")
+        Thread.sleep(forTimeInterval: 0.2)
+        XCTAssertTrue(db.cancel())
+        XCTAssertThrowsError(try db.receiveResult()) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "57014")
+        }
+        XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1, "the connection is usable again")
+    }
+
     func testTimestampTextRoundTrip() {
         let date = Date(timeIntervalSince1970: 1_791_018_927.120_5)
         let text = PostgresTimestamp.format(date)

@@ -5,6 +5,8 @@ import Projections
 import TestSupport
 import XCTest
 
+struct NoSecondConnection: Error {}
+
 final class ProjectorTests: XCTestCase {
     var url = ""
     override func setUpWithError() throws { url = try TestDatabase.create() }
@@ -37,11 +39,16 @@ final class ProjectorTests: XCTestCase {
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.permission_outcomes_daily").scalar(Int.self), 5)
             XCTAssertGreaterThan(try db.query("select count(*) from analytics.experiment_arms").scalar(Int.self), 1)
             // A rebuild gives the same numbers and the same stored states, in one pass (on one
-            // connection, projection.build_from_log, and on two, as `project` runs it) and in batches.
+            // connection, projection.build_from_log; on two, as `project` runs it; on one when the
+            // second cannot be opened) and in batches.
             let before = try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db)
             projector.buildsEmptyProjectionInOnePass = true
-            for helper in [false, true] {
-                projector.openBuildHelper = helper ? { try Connection(url: url) } : nil
+            for helper in ["none", "second connection", "unavailable"] {
+                switch helper {
+                case "none": projector.openBuildHelper = nil
+                case "second connection": projector.openBuildHelper = { try Connection(url: url) }
+                default: projector.openBuildHelper = { throw NoSecondConnection() }
+                }
                 XCTAssertEqual(try projector.rebuild().batches, 1, "one pass")
                 XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), one-pass rebuild, helper \(helper)")
                 XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed), one-pass rebuild, helper \(helper)")
