@@ -88,8 +88,10 @@ public struct ProjectionBenchmark {
         defer { context.dropDatabase("permaudit_bench_project") }
         context.log("loading \(events) events into the log")
         try SyntheticEvents.copy(events, into: try Connection(url: url), seed: 7)  // ends with VACUUM ANALYZE
-        // The same log in a second database, so that both ways of projecting it start alike; the
-        // copy's writes are flushed before anything is timed.
+        // The same log in two more databases, so that the three ways of projecting it start alike;
+        // the copies' writes are flushed before anything is timed.
+        let oneConnectionURL = try context.copyDatabase("permaudit_bench_project", as: "permaudit_bench_project_single")
+        defer { context.dropDatabase("permaudit_bench_project_single") }
         let batchesURL = try context.copyDatabase("permaudit_bench_project", as: "permaudit_bench_project_batches")
         defer { context.dropDatabase("permaudit_bench_project_batches") }
         let db = try Connection(url: url)
@@ -104,24 +106,28 @@ public struct ProjectionBenchmark {
         var bytes = 0
         var copied = 0
         let copySeconds = try measure { copied = try db.copyOut(plainRead) { bytes += $0.count } }
-        // The same read of the copy, untimed, so that both projector runs start from a log just read.
-        _ = try Connection(url: batchesURL).copyOut(plainRead) { _ in }
+        // The same read of the copies, untimed, so that every projector run starts from a log just read.
+        for copy in [oneConnectionURL, batchesURL] { _ = try Connection(url: copy).copyOut(plainRead) { _ in } }
 
-        // The projector over the same log in two databases, from an empty projection: the one-pass
-        // build a first run or a rebuild does, and batches only (as with --batch-size).
-        // Memory sampled while each runs: this process, and the backend's private memory.
+        // The projector over the same log in three databases, from an empty projection: the
+        // one-pass build a first run or a rebuild does, on two connections (as `project` runs it)
+        // and on one (`projection.build_from_log`), and batches only (as with --batch-size).
+        // Memory sampled while each runs: this process, and the backends' private memory.
         let clientBefore = currentResidentMiB()
-        func catchUp(_ url: String, onePass: Bool) throws -> (progress: Projector.Progress, seconds: Double,
-                                                              memory: (clientMiB: Double, serverPrivateMiB: Double?)) {
+        enum Way { case onePass, onePassOneConnection, batches }
+        func catchUp(_ url: String, _ way: Way) throws -> (progress: Projector.Progress, seconds: Double,
+                                                          memory: (clientMiB: Double, serverPrivateMiB: Double?)) {
             let projector = Projector(connection: try Connection(url: url))
             projector.batchSize = batchSize
-            projector.buildsEmptyProjectionInOnePass = onePass
+            projector.buildsEmptyProjectionInOnePass = way != .batches
             // The one-pass build's second connection, as `project` opens it; its backend is sampled too.
             let backends = ServerBackends([projector.connection.backendPID])
-            projector.openBuildHelper = {
-                let helper = try Connection(url: url)
-                backends.add(helper.backendPID)
-                return helper
+            if way == .onePass {
+                projector.openBuildHelper = {
+                    let helper = try Connection(url: url)
+                    backends.add(helper.backendPID)
+                    return helper
+                }
             }
             var progress = Projector.Progress()
             var seconds = 0.0
@@ -131,11 +137,14 @@ public struct ProjectionBenchmark {
             guard progress.events == events else { throw BenchmarkError("projected \(progress.events) of \(events) events") }
             return (progress, seconds, memory)
         }
-        context.log("projector: one-pass build of the empty projection")
-        let onePass = try catchUp(url, onePass: true)
+        context.log("projector: one-pass build of the empty projection, two connections")
+        let onePass = try catchUp(url, .onePass)
+        context.log("projector: one-pass build of the empty projection, one connection")
+        let oneConnection = try catchUp(oneConnectionURL, .onePassOneConnection)
         context.log("projector: catch-up in batches from the start")
-        let batches = try catchUp(batchesURL, onePass: false)
-        let serverPeak = [onePass.memory.serverPrivateMiB, batches.memory.serverPrivateMiB].compactMap { $0 }.max()
+        let batches = try catchUp(batchesURL, .batches)
+        let runs = [onePass, oneConnection, batches]
+        let serverPeak = runs.compactMap { $0.memory.serverPrivateMiB }.max()
         try db.execute("analyze")
 
         context.log("headline questions")
@@ -149,14 +158,17 @@ public struct ProjectionBenchmark {
             rows: [
                 BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
                              note: "\(bytes / 1_048_576) MiB"),
-                BenchmarkRow(name: "projector, empty projection: one-pass build (two connections, migration 026)", count: onePass.progress.events,
+                BenchmarkRow(name: "projector, empty projection: one-pass build on two connections (as `project`)", count: onePass.progress.events,
                              seconds: onePass.seconds, note: "\(onePass.progress.attempts) attempts" + Self.backendNote(onePass.memory.serverPrivateMiB)),
+                BenchmarkRow(name: "projector, empty projection: one-pass build on one connection (projection.build_from_log)",
+                             count: oneConnection.progress.events, seconds: oneConnection.seconds,
+                             note: "\(oneConnection.progress.attempts) attempts" + Self.backendNote(oneConnection.memory.serverPrivateMiB)),
                 BenchmarkRow(name: "projector catch-up in batches (projection.apply_batch, \(batchSize) per batch)", count: batches.progress.events,
                              seconds: batches.seconds, note: "\(batches.progress.batches) batches, \(batches.progress.attempts) attempt updates"
                                  + Self.backendNote(batches.memory.serverPrivateMiB)),
             ],
             headline: headline, clientBeforeMiB: clientBefore,
-            clientPeakMiB: max(onePass.memory.clientMiB, batches.memory.clientMiB), serverPeakMiB: serverPeak
+            clientPeakMiB: runs.map(\.memory.clientMiB).max() ?? 0, serverPeakMiB: serverPeak
         )
     }
 

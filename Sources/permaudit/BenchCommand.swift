@@ -19,9 +19,10 @@ enum BenchCommand: Command {
                    a plain one-row INSERT per transaction, both prepared statements (--events
                    per connection, default 2000)
           project  the projector over --events events (default 1000000) from an empty
-                   projection, once in one pass and once in batches, vs a plain COPY of the same
-                   rows out of the log; projector memory; the three headline questions from the
-                   views vs ad-hoc SQL over the raw log
+                   projection, in one pass on two connections (as 'project' runs it) and on one,
+                   and in batches, vs a plain COPY of the same rows out of the log; projector
+                   memory; the three headline questions from the views vs ad-hoc SQL over the
+                   raw log
           report   'permaudit report' in every format over --events projected events (default
                    1000000) vs a plain SELECT of every row of the views it reads; client memory
           dashboards
