@@ -353,7 +353,8 @@ begin
 end;
 $$;
 
--- The whole build on one connection, as before.
+-- The whole build on one connection, as before. Replacing the function drops the work_mem,
+-- hash_mem_multiplier and jit settings of 022-025 with its old body: the parts carry their own.
 create or replace function projection.build_from_log()
 returns table (events bigint, attempts bigint, transaction_id xid8, "position" bigint)
 language plpgsql
@@ -374,9 +375,6 @@ begin
     return query select f.events, n_attempts, f.transaction_id, f.position from projection.finish_build(horizon) f;
 end;
 $$;
-alter function projection.build_from_log() reset work_mem;
-alter function projection.build_from_log() reset hash_mem_multiplier;
-alter function projection.build_from_log() reset jit;
 
 alter table projection.staged_build owner to permaudit_owner;
 alter table projection.staged_permission_state owner to permaudit_owner;
