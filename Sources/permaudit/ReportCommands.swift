@@ -106,6 +106,8 @@ enum DemoCommand: Command {
         }
 
         let projector = Projector(connection: db)
+        let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
+        projector.openBuildHelper = { try Connection(url: databaseURL) }  // the one-pass build's second connection
         do { try projector.acquire(wait: false) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         let progress = try projector.catchUp()
         try projector.release()
