@@ -18,8 +18,8 @@ enum ProjectCommand: Command {
         second connection computes the install tables meanwhile, into staging tables that the
         transaction copies), unless --batch-size is given. Only one projector catches up at a
         time: a second --once or --follow exits with a message naming the first, or queues
-        behind it with --wait. --rebuild may run beside them: it waits for their batch in flight, and their
-        next batch waits for it and continues from the rebuilt checkpoint.
+        behind it with --wait. --rebuild may run beside them: it waits for their batch in
+        flight, and their next batch waits for it and continues from the rebuilt checkpoint.
           --once     catch up to the current end, print what was done, exit
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
                      SIGINT/SIGTERM finish the current batch and exit 0; a lost connection
