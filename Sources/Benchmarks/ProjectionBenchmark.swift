@@ -114,7 +114,7 @@ public struct ProjectionBenchmark {
         // and on one (`projection.build_from_log`), and batches only (as with --batch-size).
         // Memory sampled while each runs: this process, and the backends' private memory.
         let clientBefore = currentResidentMiB()
-        enum Way { case onePass, onePassOneConnection, batches }
+        enum Way { case twoConnections, oneConnection, batches }
         func catchUp(_ url: String, _ way: Way) throws -> (progress: Projector.Progress, seconds: Double,
                                                           memory: (clientMiB: Double, serverPrivateMiB: Double?)) {
             let projector = Projector(connection: try Connection(url: url))
@@ -122,7 +122,7 @@ public struct ProjectionBenchmark {
             projector.buildsEmptyProjectionInOnePass = way != .batches
             // The one-pass build's second connection, as `project` opens it; its backend is sampled too.
             let backends = ServerBackends([projector.connection.backendPID])
-            if way == .onePass {
+            if way == .twoConnections {
                 projector.openBuildHelper = {
                     let helper = try Connection(url: url)
                     backends.add(helper.backendPID)
@@ -138,12 +138,12 @@ public struct ProjectionBenchmark {
             return (progress, seconds, memory)
         }
         context.log("projector: one-pass build of the empty projection, two connections")
-        let onePass = try catchUp(url, .onePass)
+        let twoConnections = try catchUp(url, .twoConnections)
         context.log("projector: one-pass build of the empty projection, one connection")
-        let oneConnection = try catchUp(oneConnectionURL, .onePassOneConnection)
+        let oneConnection = try catchUp(oneConnectionURL, .oneConnection)
         context.log("projector: catch-up in batches from the start")
         let batches = try catchUp(batchesURL, .batches)
-        let runs = [onePass, oneConnection, batches]
+        let runs = [twoConnections, oneConnection, batches]
         let serverPeak = runs.compactMap { $0.memory.serverPrivateMiB }.max()
         try db.execute("analyze")
 
@@ -158,8 +158,9 @@ public struct ProjectionBenchmark {
             rows: [
                 BenchmarkRow(name: "plain COPY (SELECT ... FROM audit.events) TO STDOUT (reference)", count: copied, seconds: copySeconds,
                              note: "\(bytes / 1_048_576) MiB"),
-                BenchmarkRow(name: "projector, empty projection: one-pass build on two connections (as `project`)", count: onePass.progress.events,
-                             seconds: onePass.seconds, note: "\(onePass.progress.attempts) attempts" + Self.backendNote(onePass.memory.serverPrivateMiB)),
+                BenchmarkRow(name: "projector, empty projection: one-pass build on two connections (as `project`)", count: twoConnections.progress.events,
+                             seconds: twoConnections.seconds,
+                             note: "\(twoConnections.progress.attempts) attempts" + Self.backendNote(twoConnections.memory.serverPrivateMiB)),
                 BenchmarkRow(name: "projector, empty projection: one-pass build on one connection (projection.build_from_log)",
                              count: oneConnection.progress.events, seconds: oneConnection.seconds,
                              note: "\(oneConnection.progress.attempts) attempts" + Self.backendNote(oneConnection.memory.serverPrivateMiB)),

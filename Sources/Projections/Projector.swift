@@ -177,32 +177,25 @@ public final class Projector {
 
     /// The one-pass build; it projects nothing unless the projection is empty.
     private func buildFromLog() throws -> Progress {
-        guard let openBuildHelper else {
+        // On one connection: without a second one (none configured, or none to be had, e.g. a
+        // connection limit), and when the projection is built (build_from_log returns its checkpoint).
+        // A horizon locks the empty checkpoint row until this transaction ends.
+        guard let openBuildHelper,
+              let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self),
+              let helper = try? openBuildHelper() else {
             return try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
         }
-        // The horizon locks the empty checkpoint until this transaction ends; nil: already built.
-        guard let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self) else {
-            return try progress(of: "select 0, 0, c.transaction_id::text, c.position from projection.checkpoint c where c.name = 'analytics'")
-        }
+        try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
         let attempts: Int
-        let buildAttempts = "select projection.build_attempts($1::xid8)"
-        if let helper = try? openBuildHelper() {
-            try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
-            do {
-                attempts = try connection.query(buildAttempts, [horizon]).scalar(Int.self)
-            } catch {
-                helper.cancel()  // else it runs on, and keeps the staging tables locked until it ends
-                throw error
-            }
-            try helper.receiveResult()  // committed: the staged rows are visible to this transaction's next statement
-        } else {
-            // No second connection to be had (a connection limit): this one stages the tables too.
-            try connection.query("select projection.stage_install_tables($1::xid8)", [horizon])
-            attempts = try connection.query(buildAttempts, [horizon]).scalar(Int.self)
+        do {
+            attempts = try connection.query("select projection.build_attempts($1::xid8)", [horizon]).scalar(Int.self)
+        } catch {
+            helper.cancel()  // else it runs on, and keeps the staging tables locked until it ends
+            throw error
         }
-        var done = try progress(of: "select events, 0, transaction_id::text, position from projection.finish_build($1::xid8)", [horizon])
-        done.attempts = attempts
-        return done
+        try helper.receiveResult()  // committed: the staged rows are visible to this transaction's next statement
+        return try progress(of: "select events, $2::bigint, transaction_id::text, position from projection.finish_build($1::xid8)",
+                            [horizon, attempts])
     }
 
     private func progress(of sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> Progress {

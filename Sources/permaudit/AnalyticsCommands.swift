@@ -45,10 +45,9 @@ enum ProjectCommand: Command {
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
         let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
-        let connection = try openDatabase(arguments)
         // Reconnections and the one-pass build's second connection go to the URL found now: a
         // stopped embedded cluster is waited for, not started.
-        let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
+        let (connection, databaseURL) = try openDatabaseAndURL(arguments)
         func makeProjector(_ connection: Connection) -> Projector {
             let projector = Projector(connection: connection)
             projector.batchSize = batchSize

@@ -6,9 +6,15 @@ import Postgres
 /// Opens the database for a command. The embedded cluster is ours, so it is migrated on the
 /// way; an external database must have been migrated with `permaudit migrate`.
 func openDatabase(_ arguments: ParsedArguments) throws -> Connection {
+    try openDatabaseAndURL(arguments).connection
+}
+
+/// `openDatabase`, and the URL it connected to (for a command that opens more connections).
+func openDatabaseAndURL(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String) {
     let explicit = arguments.value("--database-url")
     let embedded = (explicit ?? "").isEmpty && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
-    let connection = try Database.connect(explicit)
+    let url = try Database.resolveURL(explicit)
+    let connection = try Connection(url: url)
     let migrator = try Migrator(directory: try Migrator.locateDirectory())
     if embedded {
         try migrator.migrate(connection)
@@ -18,7 +24,7 @@ func openDatabase(_ arguments: ParsedArguments) throws -> Connection {
             throw CommandFailure(message: "the database schema is not current (\(pending.count) migrations pending, first \(pending[0])); run 'permaudit migrate'")
         }
     }
-    return connection
+    return (connection, url)
 }
 
 enum DbCommand: Command {

@@ -82,7 +82,8 @@ enum DemoCommand: Command {
             try cluster.dropDatabase(EmbeddedCluster.databaseName)
             step("dropped the demo database (--fresh)")
         }
-        let db = try Connection(url: try cluster.start())
+        let url = try cluster.start()
+        let db = try Connection(url: url)
         let migrated = try Migrator(directory: try Migrator.locateDirectory()).migrate(db)
         step("migrated (\(migrated.applied.count) applied, \(migrated.alreadyApplied) already there)")
 
@@ -106,8 +107,7 @@ enum DemoCommand: Command {
         }
 
         let projector = Projector(connection: db)
-        let databaseURL = try Database.resolveURL(arguments.value("--database-url"))
-        projector.openBuildHelper = { try Connection(url: databaseURL) }  // the one-pass build's second connection
+        projector.openBuildHelper = { try Connection(url: url) }  // the one-pass build's second connection
         do { try projector.acquire(wait: false) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         let progress = try projector.catchUp()
         try projector.release()
