@@ -89,8 +89,7 @@ enum AuditCommand: Command {
                 let db: Postgres.Connection
                 let url: String
                 do {
-                    db = try openDatabase(arguments)
-                    url = try Database.resolveURL(arguments.value("--database-url"))
+                    (db, url) = try openDatabaseAndURL(arguments)
                 } catch { printError("Error: \(error)"); return 2 }
                 let result = try Verifier(publicKey: key).verify(url: url, positions: range, expectedSeal: expected)
                 try SubjectRights.recordAccess(db, command: "audit verify", details: [
