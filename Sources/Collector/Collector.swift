@@ -70,7 +70,8 @@ public final class Collector: @unchecked Sendable {
         do {
             server = try HTTPServer(host: configuration.host, port: configuration.port, threads: configuration.threads,
                                     connectionTimeout: configuration.connectionTimeout,
-                                    maxBodyBytes: Collector.maxBodyBytes) { [unowned self] request, respond in
+                                    maxBodyBytes: Collector.maxBodyBytes,
+                                    answeredByServer: { [metrics] status in metrics.refused(status: status) }) { [unowned self] request, respond in
                 let started = DispatchTime.now().uptimeNanoseconds
                 handle(request) { response in
                     self.metrics.request(status: response.status,

@@ -27,6 +27,14 @@ final class Metrics: @unchecked Sendable {
         if let bucket = Metrics.latencyBuckets.firstIndex(where: { seconds <= $0 }) { latencyCounts[bucket] += 1 }
     }
 
+    /// A request the HTTP server answered itself (too large, ambiguous, stopping): counted by
+    /// status, outside the latency histogram (its body was never handled).
+    func refused(status: Int) {
+        lock.lock()
+        requests[status, default: 0] += 1
+        lock.unlock()
+    }
+
     func events(_ results: [EventResult]) {
         lock.lock()
         defer { lock.unlock() }

@@ -21,6 +21,7 @@ public enum GzipError: Error, Equatable, Sendable, CustomStringConvertible {
 
 /// gzip decoding through zlib (https://zlib.net/manual.html), bounded: decompression stops as soon
 /// as the output passes `limit`, or passes `maxRatio` times the input once it is over 64 KiB.
+/// A body of several gzip members decodes to their concatenation.
 ///
 ///     let json = try Gzip.decompress(body, limit: 1 << 20, maxRatio: 100)
 public enum Gzip {
@@ -86,8 +87,10 @@ private final class Inflater {
                 if output.count > 64 * 1024, output.count > maxRatio * source.count { return .failure(.ratio(maxRatio: maxRatio)) }
                 switch status {
                 case Z_STREAM_END:
-                    if stream.pointee.avail_in > 0 { return .failure(.corrupt("data after the end of the stream")) }
-                    return .success(output)
+                    if stream.pointee.avail_in == 0 { return .success(output) }
+                    // Another member follows (RFC 1952 section 2.2: a gzip file is a series of
+                    // members, e.g. written by appending); anything else fails its header check.
+                    inflateReset(stream)
                 case Z_OK:
                     continue
                 case Z_BUF_ERROR:

@@ -62,6 +62,7 @@ public final class HTTPServer: @unchecked Sendable {
     public private(set) var port: UInt16 = 0
     public let maxBodyBytes: Int
     private let handler: HTTPHandler
+    private let answeredByServer: @Sendable (Int) -> Void
     private var daemon: OpaquePointer?
     private let lock = NSCondition()
     private var awaitingResponse = 0
@@ -71,9 +72,11 @@ public final class HTTPServer: @unchecked Sendable {
     private var quiescedListener: Int32 = -1
 
     public init(host: String, port: UInt16, threads: Int, connectionTimeout: Int = 10, connectionLimit: Int = 1024,
-                maxBodyBytes: Int = 1 << 20, handler: @escaping HTTPHandler) throws {
+                maxBodyBytes: Int = 1 << 20, answeredByServer: @escaping @Sendable (_ status: Int) -> Void = { _ in },
+                handler: @escaping HTTPHandler) throws {
         self.host = host
         self.maxBodyBytes = maxBodyBytes
+        self.answeredByServer = answeredByServer
         self.handler = handler
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -145,8 +148,9 @@ public final class HTTPServer: @unchecked Sendable {
                             state: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         guard let existing = state.pointee else {
             // First call: the headers are in, the body is not.
+            let (headers, ambiguity) = Self.headers(of: connection)
             let exchange = Exchange(connection: connection, server: self,
-                                    request: HTTPRequest(method: method, path: url, headers: Self.headers(of: connection)))
+                                    request: HTTPRequest(method: method, path: url, headers: headers))
             state.pointee = Unmanaged.passRetained(exchange).toOpaque()
             lock.lock()
             openRequests += 1
@@ -154,11 +158,17 @@ public final class HTTPServer: @unchecked Sendable {
             lock.unlock()
             if refuse {
                 exchange.phase = .answered
-                return Self.queue(connection, Self.stopping)
+                return refuseRequest(connection, Self.stopping)
+            }
+            if let ambiguity {
+                // Where the body ends, or whose request it is, is ambiguous (request smuggling):
+                // refused before the body, and the connection closed with whatever follows.
+                exchange.phase = .answered
+                return refuseRequest(connection, Self.badRequest(ambiguity))
             }
             if let length = exchange.request.header("content-length").flatMap(Int.init), length > maxBodyBytes {
                 exchange.phase = .answered
-                return Self.queue(connection, Self.tooLarge(maxBodyBytes))
+                return refuseRequest(connection, Self.tooLarge(maxBodyBytes))
             }
             return .YES
         }
@@ -189,12 +199,18 @@ public final class HTTPServer: @unchecked Sendable {
             return exchange.answerOrSuspend()
         case .discarding:
             exchange.phase = .answered
-            return Self.queue(connection, Self.tooLarge(maxBodyBytes))
+            return refuseRequest(connection, Self.tooLarge(maxBodyBytes))
         case .handling, .suspended:
             return exchange.answerOrSuspend()
         case .answered:
             return .YES
         }
+    }
+
+    /// An answer of the server's own, without the handler (the caller counts it).
+    private func refuseRequest(_ connection: OpaquePointer, _ response: HTTPResponse) -> MHD_Result {
+        answeredByServer(response.status)
+        return Self.queue(connection, response)
     }
 
     /// A request's end (MHD's completion callback): answered and sent, or its connection closed.
@@ -220,15 +236,33 @@ public final class HTTPServer: @unchecked Sendable {
                      text: "{\"error\":\"the body is larger than \(limit) bytes\"}\n", headers: [("Connection", "close")])
     }
 
-    private static func headers(of connection: OpaquePointer) -> [String: String] {
+    static func badRequest(_ reason: String) -> HTTPResponse {
+        HTTPResponse(status: 400, contentType: "application/json",
+                     text: "{\"error\":\"\(reason)\"}\n", headers: [("Connection", "close")])
+    }
+
+    /// Fields a request carries at most once (RFC 9110 section 5.3): a second line of one of them
+    /// makes the request ambiguous (which length, which key?) and it is refused.
+    private static let singletonFields: Set<String> = ["content-length", "content-type", "authorization", "host"]
+
+    /// The request's header fields, names in lower case, repeated lines of a list field joined
+    /// with ", " (RFC 9110 section 5.3); and why the request is ambiguous, if it is: a singleton
+    /// field repeated, or both Content-Length and Transfer-Encoding (RFC 9112 section 6.3).
+    private static func headers(of connection: OpaquePointer) -> (headers: [String: String], ambiguity: String?) {
         let box = HeaderBox()
         _ = MHD_get_connection_values(connection, .HEADER_KIND, { context, _, key, value in
             guard let context, let key else { return .YES }
-            let box = Unmanaged<HeaderBox>.fromOpaque(context).takeUnretainedValue()
-            box.headers[String(cString: key).lowercased()] = value.map { String(cString: $0) } ?? ""
+            Unmanaged<HeaderBox>.fromOpaque(context).takeUnretainedValue()
+                .add(String(cString: key), value.map { String(cString: $0) } ?? "")
             return .YES
         }, Unmanaged.passUnretained(box).toOpaque())
-        return box.headers
+        if let repeated = box.repeated.intersection(singletonFields).sorted().first {
+            return (box.headers, "the request has more than one \(repeated) header")
+        }
+        if box.headers["content-length"] != nil, box.headers["transfer-encoding"] != nil {
+            return (box.headers, "the request has both content-length and transfer-encoding headers")
+        }
+        return (box.headers, nil)
     }
 
     /// Creates, queues and frees one `MHD_Response` (MHD keeps its own reference until sent).
@@ -245,6 +279,17 @@ public final class HTTPServer: @unchecked Sendable {
 
 private final class HeaderBox {
     var headers: [String: String] = [:]
+    var repeated: Set<String> = []
+
+    func add(_ name: String, _ value: String) {
+        let name = name.lowercased()
+        if let earlier = headers[name] {
+            repeated.insert(name)
+            headers[name] = earlier + ", " + value
+        } else {
+            headers[name] = value
+        }
+    }
 }
 
 /// One request on one connection, from its headers to its response. Retained by MHD's

@@ -220,6 +220,70 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try client.send("GET", "/readyz").status, 503)
     }
 
+    /// Requests whose framing or key is ambiguous (request smuggling: a second request hidden in
+    /// the body under one of two lengths) are refused before their body, and their connection
+    /// closed: neither the outer nor the hidden request is stored.
+    func testAmbiguousRequestsAreRefusedAndTheirConnectionClosed() throws {
+        let key = try createKey()
+        let collector = try start()
+        let outer = UUID(), hidden = UUID()
+        let hiddenBody = "[\(EventFixtures.event(id: hidden, app: Self.app))]"
+        let hiddenRequest = "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\n"
+            + "Content-Length: \(hiddenBody.utf8.count)\r\n\r\n" + hiddenBody
+        let outerBody = "[\(EventFixtures.event(id: outer, app: Self.app))]" + hiddenRequest
+        let head = "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\n"
+        let cases: [(String, String)] = [
+            ("Content-Length: \(outerBody.utf8.count - hiddenRequest.utf8.count)\r\nContent-Length: \(outerBody.utf8.count)\r\n",
+             "more than one content-length header"),
+            ("Content-Length: \(outerBody.utf8.count)\r\nContent-Length: \(outerBody.utf8.count - hiddenRequest.utf8.count)\r\n",
+             "more than one content-length header"),
+            ("Content-Length: \(outerBody.utf8.count)\r\nTransfer-Encoding: chunked\r\n", "both content-length and transfer-encoding"),
+            ("Authorization: Bearer pak_\(String(repeating: "0", count: 64))\r\nContent-Length: \(outerBody.utf8.count)\r\n",
+             "more than one authorization header"),
+        ]
+        for (headers, reason) in cases {
+            let client = try HTTPClient(port: collector.port)
+            try client.write(Array((head + headers + "\r\n" + outerBody).utf8))
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, 400, headers)
+            XCTAssertTrue(response.text.contains(reason), response.text)
+            XCTAssertEqual(response.headers["connection"], "close", headers)
+        }
+        XCTAssertEqual(try storedCount([outer, hidden]), 0)
+
+        // A list field's repeated lines are one list (RFC 9110 section 5.3): gzip twice is an
+        // encoding the collector does not decode.
+        let client = try HTTPClient(port: collector.port)
+        let twice = try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
+                                                                     ("Content-Encoding", "gzip"), ("Content-Encoding", "gzip")],
+                                    body: Gzip.compress(Gzip.compress(Array("[\(EventFixtures.event(id: outer, app: Self.app))]".utf8))))
+        XCTAssertEqual(twice.status, 415, twice.text)
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(id: outer, app: Self.app)], key: key).status, 200)
+        XCTAssertEqual(try storedCount([outer, hidden]), 1)
+        let metrics = try client.send("GET", "/metrics").text
+        for line in ["permaudit_collector_requests_total{code=\"400\"} 4", "permaudit_collector_requests_total{code=\"415\"} 1",
+                     "permaudit_collector_request_duration_seconds_count 2"] {
+            XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
+        }
+    }
+
+    /// A gzip body of several members (written by appending) is their concatenation; bytes after
+    /// a member that are not another member are refused.
+    func testGzipBodiesOfSeveralMembersAreDecodedWhole() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        let ids = [UUID(), UUID()]
+        let body = Array("[\(EventFixtures.event(id: ids[0], app: Self.app)),\(EventFixtures.event(id: ids[1], app: Self.app))]".utf8)
+        let headers = [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"), ("Content-Encoding", "gzip")]
+        let trailing = try client.send("POST", "/v1/events", headers: headers, body: Gzip.compress(body) + Array("junk".utf8))
+        XCTAssertEqual(trailing.status, 400, trailing.text)
+        XCTAssertEqual(try storedCount(ids), 0)
+        let members = Gzip.compress(Array(body.prefix(100))) + Gzip.compress(Array(body.dropFirst(100)))
+        let response = try client.send("POST", "/v1/events", headers: headers, body: members)
+        XCTAssertEqual(response.status, 200, response.text)
+        XCTAssertEqual(try storedCount(ids), 2)
+    }
+
     func testReadyWhenMigratedAndNotBefore() throws {
         let client = try HTTPClient(port: try start().port)
         XCTAssertEqual(try client.send("GET", "/readyz").status, 200)
