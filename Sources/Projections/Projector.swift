@@ -28,8 +28,10 @@ public final class Projector {
     /// transaction of its own (`projection.stage_install_tables`), while `connection` builds the
     /// attempts and the counts, and copies them in before it commits: the server's second core
     /// does part of the work (migration 026, BENCHMARKS.md). Nil, or when it throws: the build
-    /// runs on `connection` alone.
+    /// runs on `connection` alone, and `log` says why.
     public var openBuildHelper: (() throws -> Connection)?
+    /// Operational messages (never payloads or subjects).
+    public var log: (String) -> Void = { _ in }
 
     public init(connection: Connection) { self.connection = connection }
 
@@ -180,10 +182,19 @@ public final class Projector {
         // On one connection: without a second one (none configured, or none to be had, e.g. a
         // connection limit), and when the projection is built (build_from_log returns its checkpoint).
         // A horizon locks the empty checkpoint row until this transaction ends.
+        let buildOnOneConnection = {
+            try self.progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
+        }
         guard let openBuildHelper,
-              let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self),
-              let helper = try? openBuildHelper() else {
-            return try progress(of: "select events, attempts, transaction_id::text, position from projection.build_from_log()")
+              let horizon = try connection.query("select projection.build_horizon()::text").scalar(String?.self) else {
+            return try buildOnOneConnection()
+        }
+        let helper: Connection
+        do {
+            helper = try openBuildHelper()
+        } catch {
+            log("the one-pass build runs on one connection: a second could not be opened (\(error))")
+            return try buildOnOneConnection()
         }
         try helper.sendQuery("select projection.stage_install_tables($1::xid8)", [horizon])
         let attempts: Int

@@ -53,6 +53,7 @@ enum ProjectCommand: Command {
             projector.batchSize = batchSize
             projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
             projector.openBuildHelper = { try Connection(url: databaseURL) }
+            projector.log = { printError($0) }
             return projector
         }
         var projector = makeProjector(connection)

@@ -108,6 +108,7 @@ enum DemoCommand: Command {
 
         let projector = Projector(connection: db)
         projector.openBuildHelper = { try Connection(url: url) }  // the one-pass build's second connection
+        projector.log = { printError($0) }
         do { try projector.acquire(wait: false) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         let progress = try projector.catchUp()
         try projector.release()

@@ -49,7 +49,10 @@ final class ProjectorTests: XCTestCase {
                 case "second connection": projector.openBuildHelper = { try Connection(url: url) }
                 default: projector.openBuildHelper = { throw NoSecondConnection() }
                 }
+                var logged: [String] = []
+                projector.log = { logged.append($0) }
                 XCTAssertEqual(try projector.rebuild().batches, 1, "one pass")
+                XCTAssertEqual(logged, helper == "unavailable" ? ["the one-pass build runs on one connection: a second could not be opened (NoSecondConnection())"] : [])
                 XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), before, "seed \(seed), one-pass rebuild, helper \(helper)")
                 XCTAssertEqual(try ProjectionOracle.differences(db), [], "seed \(seed), one-pass rebuild, helper \(helper)")
             }
