@@ -49,6 +49,14 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
 
     public var description: String { "PostgreSQL \(code.rawValue): \(message)" }
 
+    /// Whether the statement may succeed if run again as it was, on the same connection: the
+    /// transaction was rolled back for a concurrency reason (class 40: serialization failure,
+    /// deadlock), a lock or statement time-out or a cancel ended it (55P03, 57014), or the
+    /// server ran short of a resource (class 53: disk full, out of memory, too many connections).
+    public var isTransient: Bool {
+        code.rawValue.hasPrefix("40") || code.rawValue.hasPrefix("53") || code == .lockNotAvailable || code == .queryCanceled
+    }
+
     init(result: OpaquePointer, fallback: String) {
         func field(_ key: Int32) -> String? {
             guard let value = PQresultErrorField(result, key) else { return nil }

@@ -24,8 +24,11 @@ enum ProjectCommand: Command {
           --follow   keep up, woken by NOTIFY permaudit_events with a polling fallback;
                      SIGINT/SIGTERM finish the current batch and exit 0; a lost connection
                      (database restart) is retried every 1-30 s, then it takes the lock again
-                     and goes on from the checkpoint; with --seal-every N it also seals the
-                     committed log every N seconds (permaudit audit seal)
+                     and goes on from the checkpoint; a batch rolled back for a passing
+                     reason (deadlock, lock or statement time-out, server out of resources)
+                     is retried after the poll interval; other errors end it (exit 1); with
+                     --seal-every N it also seals the committed log every N seconds
+                     (permaudit audit seal)
           --rebuild  recompute everything from the start in one transaction: readers see the
                      previous numbers until it commits, then the new ones at once
           --status   checkpoint, events behind, age of the oldest unprojected event
@@ -118,6 +121,12 @@ enum ProjectCommand: Command {
                     try acquire(next)
                     projector = next
                     printError("reconnected; following the log again")
+                } catch let error as PostgresError where error.isTransient {
+                    // The batch in flight rolled back (a deadlock, a lock or statement time-out,
+                    // the server short of space): the checkpoint did not move; try again.
+                    printError("the batch failed and was rolled back (\(error)); retrying in \(Int(poll)) s")
+                    let resume = Date().addingTimeInterval(poll)
+                    while !stop.requested() && Date() < resume { Thread.sleep(forTimeInterval: 0.1) }
                 }
             }
             printError("stopped")

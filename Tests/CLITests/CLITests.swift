@@ -307,6 +307,44 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(log.hasSuffix("stopped\n"), log)
     }
 
+    /// A batch that fails for a passing reason (here a lock time-out while another session holds
+    /// the checkpoint table) is rolled back and tried again; the follower goes on.
+    func testFollowerRetriesABatchThatFailedForAPassingReason() throws {
+        let db = try Connection(url: url)
+        try TestDatabase.append([EventFixtures.event(subject: "retry-a")], to: db)
+        let stderr = Pipe()
+        let process = Process()
+        process.executableURL = CLITests.binary
+        process.arguments = ["project", "--follow", "--poll", "1"]
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url + "&options=-c%20lock_timeout%3D200"]) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = stderr
+        try process.run()
+        func waitForProjected(_ count: Int) throws -> Bool {
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                if try db.query("select events_projected from projection.checkpoint").scalar(Int.self) == count { return true }
+                Thread.sleep(forTimeInterval: 0.1)
+            }
+            return false
+        }
+        XCTAssertTrue(try waitForProjected(1))
+        let locker = try Connection(url: url)
+        try locker.query("begin")
+        try locker.query("lock table projection.checkpoint in access exclusive mode")
+        try TestDatabase.append([EventFixtures.event(subject: "retry-b")], to: db)
+        Thread.sleep(forTimeInterval: 3)  // the follower wakes (NOTIFY, poll) and times out on the lock
+        XCTAssertTrue(process.isRunning, "the follower is still running")
+        try locker.query("rollback")
+        XCTAssertTrue(try waitForProjected(2), "the follower projected the event once the lock was gone")
+        process.terminate()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertTrue(log.contains("the batch failed and was rolled back (PostgreSQL 55P03"), log)
+        XCTAssertTrue(log.hasSuffix("stopped\n"), log)
+    }
+
     func testStatsCommands() throws {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 12)
