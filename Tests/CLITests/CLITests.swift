@@ -270,26 +270,34 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(status.stdout.contains("events behind: 0"), status.stdout)
     }
 
-    func testFollowerReconnectsAfterLosingItsConnection() throws {
-        let db = try Connection(url: url)
-        try TestDatabase.append([EventFixtures.event(subject: "reconnect-a")], to: db)
+    /// `project --follow --poll 1` on `databaseURL`, its standard error in the pipe.
+    func startFollower(databaseURL: String) throws -> (Process, Pipe) {
         let stderr = Pipe()
         let process = Process()
         process.executableURL = CLITests.binary
         process.arguments = ["project", "--follow", "--poll", "1"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": databaseURL]) { $1 }
         process.standardOutput = FileHandle.nullDevice
         process.standardError = stderr
         try process.run()
-        func waitForProjected(_ count: Int) throws -> Bool {
-            let deadline = Date().addingTimeInterval(30)
-            while Date() < deadline {
-                if try db.query("select events_projected from projection.checkpoint").scalar(Int.self) == count { return true }
-                Thread.sleep(forTimeInterval: 0.1)
-            }
-            return false
+        return (process, stderr)
+    }
+
+    /// Waits up to 30 s until the checkpoint counts `count` events projected.
+    static func waitForProjected(_ count: Int, _ db: Connection) throws -> Bool {
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if try db.query("select events_projected from projection.checkpoint").scalar(Int.self) == count { return true }
+            Thread.sleep(forTimeInterval: 0.1)
         }
-        XCTAssertTrue(try waitForProjected(1))
+        return false
+    }
+
+    func testFollowerReconnectsAfterLosingItsConnection() throws {
+        let db = try Connection(url: url)
+        try TestDatabase.append([EventFixtures.event(subject: "reconnect-a")], to: db)
+        let (process, stderr) = try startFollower(databaseURL: url)
+        XCTAssertTrue(try Self.waitForProjected(1, db))
         // Its backend terminated (as by a database restart): it connects again and goes on.
         let terminated = try db.query("""
             select count(pg_terminate_backend(pid))::int from pg_stat_activity
@@ -297,7 +305,7 @@ final class ProjectCommandTests: XCTestCase {
             """).scalar(Int.self)
         XCTAssertEqual(terminated, 1)
         try TestDatabase.append([EventFixtures.event(subject: "reconnect-b")], to: db)
-        XCTAssertTrue(try waitForProjected(2), "the follower projected the event appended after the loss")
+        XCTAssertTrue(try Self.waitForProjected(2, db), "the follower projected the event appended after the loss")
         process.terminate()
         process.waitUntilExit()
         XCTAssertEqual(process.terminationStatus, 0)
@@ -312,23 +320,8 @@ final class ProjectCommandTests: XCTestCase {
     func testFollowerRetriesABatchThatFailedForAPassingReason() throws {
         let db = try Connection(url: url)
         try TestDatabase.append([EventFixtures.event(subject: "retry-a")], to: db)
-        let stderr = Pipe()
-        let process = Process()
-        process.executableURL = CLITests.binary
-        process.arguments = ["project", "--follow", "--poll", "1"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url + "&options=-c%20lock_timeout%3D200"]) { $1 }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = stderr
-        try process.run()
-        func waitForProjected(_ count: Int) throws -> Bool {
-            let deadline = Date().addingTimeInterval(30)
-            while Date() < deadline {
-                if try db.query("select events_projected from projection.checkpoint").scalar(Int.self) == count { return true }
-                Thread.sleep(forTimeInterval: 0.1)
-            }
-            return false
-        }
-        XCTAssertTrue(try waitForProjected(1))
+        let (process, stderr) = try startFollower(databaseURL: url + "&options=-c%20lock_timeout%3D200")
+        XCTAssertTrue(try Self.waitForProjected(1, db))
         let locker = try Connection(url: url)
         try locker.query("begin")
         try locker.query("lock table projection.checkpoint in access exclusive mode")
@@ -336,7 +329,7 @@ final class ProjectCommandTests: XCTestCase {
         Thread.sleep(forTimeInterval: 3)  // the follower wakes (NOTIFY, poll) and times out on the lock
         XCTAssertTrue(process.isRunning, "the follower is still running")
         try locker.query("rollback")
-        XCTAssertTrue(try waitForProjected(2), "the follower projected the event once the lock was gone")
+        XCTAssertTrue(try Self.waitForProjected(2, db), "the follower projected the event once the lock was gone")
         process.terminate()
         process.waitUntilExit()
         XCTAssertEqual(process.terminationStatus, 0)
