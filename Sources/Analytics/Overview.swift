@@ -76,9 +76,9 @@ extension Stats {
     /// filter applies through the permission's prefix.
     public static func permissionStates(_ db: Connection, _ query: StatsQuery) throws -> ResultTable {
         let rows = try db.query("""
-            select permission, state, count(*)::bigint,
-                   count(*)::float8 / sum(count(*)) over (partition by permission)
-              from analytics.permission_state
+            select permission, state, sum(installs)::bigint,
+                   sum(installs)::float8 / sum(sum(installs)) over (partition by permission)
+              from analytics.permission_state_counts
              where ($1::text is null or app = $1) and ($2::text is null or permission like $2 || '.%')
              group by permission, state
              order by permission, array_position(array['granted', 'limited', 'denied', 'restricted', 'notDetermined'], state)

@@ -108,7 +108,7 @@ public enum Findings {
 
         for (app, platform, permission, installs) in try db.query("""
             select s.app, case when s.permission like 'ios.%' then 'ios' else 'android' end, s.permission, count(*)::bigint
-              from projection.permission_state s
+              from projection.linked_permission_state s
              where ($1::text is null or s.app = $1) and s.state = 'limited'
                and not exists (select 1 from audit.events e
                                 where e.stream_key = s.stream_key and e.type = 'limitedSelection.changed'

@@ -22,6 +22,9 @@ final class ErasureTests: XCTestCase {
         try Sealer(key: sealed.key).seal(db)
         try Projector(connection: db).catchUp()
         let before = try TestDatabase.analyticsSnapshot(db)
+        let grantedInstalls = "select coalesce(sum(installs), 0)::int from analytics.permission_state_counts where state = 'granted'"
+        let grantedBefore = try db.query(grantedInstalls).scalar(Int.self)
+        XCTAssertEqual(grantedBefore, try db.query("select count(*)::int from analytics.permission_state where state = 'granted'").scalar(Int.self))
 
         let exported = try SubjectRights.export(db, app: "com.example.app", subject: secret)
         XCTAssertEqual(exported.count, 2)
@@ -40,6 +43,8 @@ final class ErasureTests: XCTestCase {
         try SubjectRights.recordAccess(db, command: "audit erase", details: ["app": "com.example.app", "streamKey": "\(key)"])
 
         XCTAssertEqual(try SubjectRights.export(db, app: "com.example.app", subject: secret).count, 0)
+        // The install leaves the installs per state too.
+        XCTAssertEqual(try db.query(grantedInstalls).scalar(Int.self), grantedBefore - 1)
         // The counts stay; the install's own row of analytics.permission_state goes with its link.
         let stateRow = "permission_state (com.example.app,\(secret),android.READ_MEDIA_IMAGES,granted,"
         XCTAssertEqual(before.filter { $0.hasPrefix(stateRow) }.count, 1)

@@ -51,6 +51,11 @@ final class FindingsTests: XCTestCase {
         XCTAssertTrue(unprimed.evidence.contains("62.5% denied, vs 10.0% after one"), unprimed.evidence)
         XCTAssertEqual(findings.first { $0.rule == "picker-would-do" }?.subject, "avatar: android.READ_MEDIA_VIDEO")
         XCTAssertEqual(findings.first { $0.rule == "limited-never-offered" }?.count, 1)
+        // An erased install leaves the finding, as it leaves analytics.permission_state (undone here).
+        try db.execute("begin")
+        XCTAssertNotNil(try SubjectRights.erase(db, app: "com.example.app", subject: "f6", reason: "test"))
+        XCTAssertNil(try Findings.all(db).first { $0.rule == "limited-never-offered" })
+        try db.execute("rollback")
         let storage = try XCTUnwrap(findings.first { $0.rule == "read-external-storage-on-13" })
         XCTAssertEqual(storage.count, 2)
         XCTAssertEqual(storage.subject, "android.READ_EXTERNAL_STORAGE on Android 13, 14")

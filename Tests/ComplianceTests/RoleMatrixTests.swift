@@ -40,6 +40,10 @@ final class RoleMatrixTests: XCTestCase {
             ("write projection tables", "delete from projection.outcomes_daily", []),
             ("read projection state", "select count(*) from projection.attempts", ["permaudit_auditor"]),
             ("read the analytics views", "select count(*) from analytics.permission_outcomes_daily", ["permaudit_analyst", "permaudit_auditor"]),
+            // Install ids: only the analyst, who reads no log; the auditor gets them through access requests.
+            ("read install ids in the states", "select count(*) from analytics.permission_state", ["permaudit_analyst"]),
+            ("count installs per state", "select count(*) from analytics.permission_state_counts", ["permaudit_analyst", "permaudit_auditor"]),
+            ("read the states of installs not erased", "select count(*) from projection.linked_permission_state", ["permaudit_auditor"]),
             ("read the seals", "select count(*) from audit.seals", ["permaudit_projector", "permaudit_auditor"]),
             ("change a seal", "delete from audit.seals", []),
             ("read the access record", "select count(*) from audit.access_log", ["permaudit_auditor"]),
