@@ -59,9 +59,25 @@ public struct ReportWriter {
 
     func markdownTable(_ table: DisplayTable) -> String {
         func line(_ cells: [String]) -> String {
-            "| " + cells.map { $0.replacingOccurrences(of: "|", with: "\\|") }.joined(separator: " | ") + " |\n"
+            "| " + cells.map(Self.markdownCell).joined(separator: " | ") + " |\n"
         }
         return line(table.headers) + line(table.headers.map { _ in "---" }) + table.rows.map(line).joined()
+    }
+
+    /// A table cell from any text (app versions and experiment names are free text): a `|` would
+    /// end the cell and a line break the row, and `<` would start raw HTML.
+    static func markdownCell(_ text: String) -> String {
+        var cell = ""
+        for character in text {
+            switch character {
+            case "|": cell += "\\|"
+            case "<": cell += "&lt;"
+            case ">": cell += "&gt;"
+            case "\n", "\r", "\r\n": cell += " "
+            default: cell.append(character)
+            }
+        }
+        return cell
     }
 
     // MARK: JSON

@@ -213,6 +213,29 @@ final class ReportTests: XCTestCase {
         }
     }
 
+    /// Free text in the data (an app version, an experiment variant) stays inside its Markdown
+    /// cell and is not HTML.
+    func testFreeTextStaysInItsMarkdownCell() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let attempt = UUID()
+        let overrides = ["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"), "experiments": "{\"priming\":\"<i>a|b</i>\"}"]
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", attempt: attempt, overrides: overrides, removing: ["attributes"]),
+            EventFixtures.event(type: "permission.granted", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt, overrides: overrides,
+                                removing: ["attributes"]),
+        ])
+        try Projector(connection: db).catchUp()
+        let markdown = ReportWriter(try Report.build(db, filters: StatsQuery())).markdown
+        XCTAssertTrue(markdown.contains("| 5.0\\|&lt;b&gt;x&lt;/b&gt; 2 |"), markdown)
+        XCTAssertTrue(markdown.contains("| &lt;i&gt;a\\|b&lt;/i&gt; |"), markdown)
+        XCTAssertFalse(markdown.contains("<b>") || markdown.contains("<i>"))
+        for row in markdown.split(separator: "\n") where row.hasPrefix("|") {
+            XCTAssertTrue(row.hasSuffix("|"), String(row))
+        }
+    }
+
     // MARK: Rendering
 
     func testHTMLRendersInHeadlessChromium() throws {
