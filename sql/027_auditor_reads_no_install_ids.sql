@@ -1,5 +1,5 @@
 -- 027: the auditor reads no install id outside an access request; erased installs leave the
--- findings.
+-- findings; a refused change names how rows are added to that table.
 --
 -- 1. The auditor read analytics.permission_state (app, install id, permission, state, since) and
 --    the log (audit.events: stream key, occurred_at, payload). Joined on (app, permission, since),
@@ -33,3 +33,20 @@ alter view projection.linked_permission_state owner to permaudit_owner;
 grant select on analytics.permission_state_counts to permaudit_analyst, permaudit_auditor;
 grant select on projection.linked_permission_state to permaudit_auditor;
 revoke select on analytics.permission_state from permaudit_auditor;
+
+-- 3. The refusal of a change to an append-only table names how rows are added to that table
+--    (001's hint named the write path for every table, also the records of 011).
+create or replace function audit.forbid_change() returns trigger
+language plpgsql as $$
+begin
+    raise exception using
+        errcode = 'PA010',
+        message = format('audit.%s is append-only: %s is not allowed', tg_table_name, tg_op),
+        hint = case tg_table_name
+                   when 'events' then 'Events are added only through audit.append_events(jsonb).'
+                   when 'seals' then 'Seals are added only through audit.add_seal.'
+                   when 'erasures' then 'Erasures are recorded only by audit.erase_subject.'
+                   when 'access_log' then 'Access records are added only by audit.subject_events and audit.record_access.'
+               end;
+end;
+$$;

@@ -69,7 +69,7 @@ enum AuditCommand: Command {
                 let db = try openDatabase(arguments)
                 let seals = try sealer.seal(db)
                 try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
-                if seals.isEmpty { print("nothing to seal: every committed event is sealed") }
+                if seals.isEmpty { print("nothing to seal: every event committed before the oldest running transaction is sealed") }
                 for seal in seals {
                     print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot)), seal hash \(Hex.encode(seal.sealHash))")
                 }

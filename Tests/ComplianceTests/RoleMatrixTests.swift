@@ -74,9 +74,12 @@ final class RoleMatrixTests: XCTestCase {
         XCTAssertEqual(owner, "permaudit_owner")
         XCTAssertFalse(try db.query("select rolcanlogin from pg_roles where rolname = $1", [owner]).scalar(Bool.self))
         try db.execute("set session_replication_role = replica")
-        for sql in ["update audit.events set app = app", "delete from audit.events", "truncate audit.events", "delete from audit.seals"] {
+        for (sql, hint) in [("update audit.events set app = app", "audit.append_events"), ("delete from audit.events", "audit.append_events"),
+                            ("truncate audit.events", "audit.append_events"), ("delete from audit.seals", "audit.add_seal"),
+                            ("delete from audit.erasures", "audit.erase_subject"), ("truncate audit.access_log", "audit.record_access")] {
             XCTAssertThrowsError(try db.execute(sql), sql) { error in
                 XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010", sql)
+                XCTAssertTrue((error as? PostgresError)?.hint?.contains(hint) == true, sql)
             }
         }
         try db.execute("set session_replication_role = origin")
