@@ -7,7 +7,8 @@
 #include <microhttpd.h>
 
 /* MHD_start_daemon and MHD_get_daemon_info are variadic, which Swift cannot call: these two
-   fixed-signature wrappers pass exactly the options the server uses. */
+   fixed-signature wrappers pass exactly the options the server uses. STRICT_FOR_CLIENT 1: an
+   HTTP/1.1 request without Host, or with spaces in its URL, is refused (400). */
 static inline struct MHD_Daemon *permaudit_mhd_start(
     unsigned int flags, const struct sockaddr *address,
     MHD_AccessHandlerCallback handler, void *handler_context,
@@ -22,6 +23,7 @@ static inline struct MHD_Daemon *permaudit_mhd_start(
                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout,
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
+                            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_END);
 }
 

@@ -44,6 +44,9 @@ final class ConnectionPool: @unchecked Sendable {
         } catch {
             checkIn(connection)
             if !connection.isOpen || Self.meansUnavailable(error) {
+                // A server restart ends every connection at once: the idle ones would fail the
+                // next requests one by one, so they go too, and the next request connects anew.
+                if !connection.isOpen { close() }
                 throw DatabaseUnavailable(description: "\(error)")
             }
             throw error
@@ -100,7 +103,7 @@ final class ConnectionPool: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Closes the idle connections (those checked out close when dropped).
+    /// Closes the idle connections (those checked out close when dropped); also after a lost one.
     func close() {
         condition.lock()
         open -= idle.count

@@ -140,7 +140,7 @@ final class GroupCommitter: @unchecked Sendable {
                 metrics.databaseError()
             } catch {
                 metrics.databaseError()
-                if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(error)") }
+                if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(Self.oneLine(error))") }
                 for submission in group { submission.completion(.failure(error)) }
                 return
             }
@@ -148,14 +148,21 @@ final class GroupCommitter: @unchecked Sendable {
     }
 
     /// Logs when the database becomes unavailable and when it is back: one line each, not one per
-    /// refused request; under the lock, so that the lines come in the order of the changes.
-    private func databaseState(down: Bool, _ error: (any Error)? = nil) {
+    /// refused request; under the lock, so that the lines come in the order of the changes. The
+    /// collector's key check reports an outage here too.
+    func databaseState(down: Bool, _ error: (any Error)? = nil) {
         condition.lock()
         defer { condition.unlock() }
         guard databaseDown != down else { return }
         databaseDown = down
-        log(down ? "collector: the database is unavailable (\(error.map { "\($0)" } ?? "")); answering 503 until it is back"
+        log(down ? "collector: the database is unavailable (\(error.map(Self.oneLine) ?? "")); answering 503 until it is back"
                  : "collector: the database is available again")
+    }
+
+    /// An error on one log line (libpq's messages carry line breaks and tabs).
+    static func oneLine(_ error: any Error) -> String {
+        "\(error)".split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty }.joined(separator: " ")
     }
 
     /// One call of the write path.

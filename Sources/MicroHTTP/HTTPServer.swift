@@ -246,8 +246,10 @@ public final class HTTPServer: @unchecked Sendable {
     private static let singletonFields: Set<String> = ["content-length", "content-type", "authorization", "host"]
 
     /// The request's header fields, names in lower case, repeated lines of a list field joined
-    /// with ", " (RFC 9110 section 5.3); and why the request is ambiguous, if it is: a singleton
-    /// field repeated, or both Content-Length and Transfer-Encoding (RFC 9112 section 6.3).
+    /// with ", " (RFC 9110 section 5.3); and why the request is ambiguous, if it is: white space
+    /// in a field name (RFC 9112 section 5.1: "Content-Length :" is no Content-Length to the
+    /// server, but may be one to a proxy), a singleton field repeated, a transfer coding other
+    /// than chunked, or both Content-Length and Transfer-Encoding (RFC 9112 section 6.3).
     private static func headers(of connection: OpaquePointer) -> (headers: [String: String], ambiguity: String?) {
         let box = HeaderBox()
         _ = MHD_get_connection_values(connection, .HEADER_KIND, { context, _, key, value in
@@ -256,11 +258,19 @@ public final class HTTPServer: @unchecked Sendable {
                 .add(String(cString: key), value.map { String(cString: $0) } ?? "")
             return .YES
         }, Unmanaged.passUnretained(box).toOpaque())
+        if box.headers.keys.contains(where: { $0.contains(where: \.isWhitespace) }) {
+            return (box.headers, "a header name holds white space")
+        }
         if let repeated = box.repeated.intersection(singletonFields).sorted().first {
             return (box.headers, "the request has more than one \(repeated) header")
         }
-        if box.headers["content-length"] != nil, box.headers["transfer-encoding"] != nil {
-            return (box.headers, "the request has both content-length and transfer-encoding headers")
+        if let coding = box.headers["transfer-encoding"] {
+            if coding.trimmingCharacters(in: .whitespaces).lowercased() != "chunked" {
+                return (box.headers, "the only transfer-encoding accepted is chunked")
+            }
+            if box.headers["content-length"] != nil {
+                return (box.headers, "the request has both content-length and transfer-encoding headers")
+            }
         }
         return (box.headers, nil)
     }

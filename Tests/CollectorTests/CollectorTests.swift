@@ -240,6 +240,9 @@ final class CollectorTests: XCTestCase {
             ("Content-Length: \(outerBody.utf8.count)\r\nTransfer-Encoding: chunked\r\n", "both content-length and transfer-encoding"),
             ("Authorization: Bearer pak_\(String(repeating: "0", count: 64))\r\nContent-Length: \(outerBody.utf8.count)\r\n",
              "more than one authorization header"),
+            // No Content-Length to the server (an empty body), but one to a lenient proxy.
+            ("Content-Length : \(outerBody.utf8.count)\r\n", "a header name holds white space"),
+            ("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n", "the only transfer-encoding accepted is chunked"),
         ]
         for (headers, reason) in cases {
             let client = try HTTPClient(port: collector.port)
@@ -250,6 +253,9 @@ final class CollectorTests: XCTestCase {
             XCTAssertEqual(response.headers["connection"], "close", headers)
         }
         XCTAssertEqual(try storedCount([outer, hidden]), 0)
+        let hostless = try HTTPClient(port: collector.port)
+        try hostless.write(Array("GET /healthz HTTP/1.1\r\n\r\n".utf8))
+        XCTAssertEqual(try hostless.readResponse().status, 400, "HTTP/1.1 without Host")
 
         // A list field's repeated lines are one list (RFC 9110 section 5.3): gzip twice is an
         // encoding the collector does not decode.
@@ -261,7 +267,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try Self.post(client, [EventFixtures.event(id: outer, app: Self.app)], key: key).status, 200)
         XCTAssertEqual(try storedCount([outer, hidden]), 1)
         let metrics = try client.send("GET", "/metrics").text
-        for line in ["permaudit_collector_requests_total{code=\"400\"} 4", "permaudit_collector_requests_total{code=\"415\"} 1",
+        for line in ["permaudit_collector_requests_total{code=\"400\"} 6", "permaudit_collector_requests_total{code=\"415\"} 1",
                      "permaudit_collector_request_duration_seconds_count 2"] {
             XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
         }
@@ -282,6 +288,28 @@ final class CollectorTests: XCTestCase {
         let response = try client.send("POST", "/v1/events", headers: headers, body: members)
         XCTAssertEqual(response.status, 200, response.text)
         XCTAssertEqual(try storedCount(ids), 2)
+    }
+
+    /// The pool's connections all end at once (a server restart, here their backends terminated):
+    /// the next request, key check included, connects anew instead of failing on a dead one.
+    func testTheFirstRequestAfterLostConnectionsIsServed() throws {
+        let key = try createKey()
+        let collector = try start { $0.keyCacheSeconds = 0; $0.databaseConnections = 4 }
+        let port = collector.port
+        DispatchQueue.concurrentPerform(iterations: 4) { _ in   // several pooled connections
+            guard let client = try? HTTPClient(port: port) else { return }
+            _ = try? Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
+        }
+        let terminated = try Connection(url: url).query("""
+            select count(pg_terminate_backend(pid))::int from pg_stat_activity
+             where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+            """).scalar(Int.self)
+        XCTAssertGreaterThan(terminated, 1)
+        let client = try HTTPClient(port: port)
+        for _ in 0..<4 {
+            let response = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
+            XCTAssertEqual(response.status, 200, response.text)
+        }
     }
 
     func testReadyWhenMigratedAndNotBefore() throws {
