@@ -188,14 +188,7 @@ public final class Collector: @unchecked Sendable {
 
         let app: String?
         do {
-            app = try keys.app(for: key) { key in
-                do {
-                    return try pool.withConnection(wait: 1) { try APIKeys.verify(key, on: $0) }
-                } catch is DatabaseUnavailable {
-                    // A connection lost with a server restart: once more, on a new one.
-                    return try pool.withConnection(wait: 1) { try APIKeys.verify(key, on: $0) }
-                }
-            }
+            app = try keys.app(for: key) { key in try pool.withConnection(wait: 1) { try APIKeys.verify(key, on: $0) } }
         } catch {
             metrics.databaseError()
             if error is DatabaseUnavailable { committer.databaseState(down: true, error) }

@@ -33,23 +33,28 @@ final class ConnectionPool: @unchecked Sendable {
         return open - idle.count
     }
 
-    /// Runs `body` with a connection of its own. A connection that is no longer open afterwards is
-    /// dropped; failures to connect or a lost connection throw `DatabaseUnavailable`.
+    /// Runs `body` with a connection of its own. A connection lost under `body` (a server restart
+    /// ends every connection at once) takes the idle ones with it, and `body` runs once more on a
+    /// new connection: what it did rolled back with the lost one. Failures to connect, a second
+    /// lost connection or a server going away throw `DatabaseUnavailable`.
     func withConnection<T>(wait: Double = 5, _ body: (Connection) throws -> T) throws -> T {
-        let connection = try checkOut(wait: wait)
-        do {
-            let result = try body(connection)
-            checkIn(connection)
-            return result
-        } catch {
-            checkIn(connection)
-            if !connection.isOpen || Self.meansUnavailable(error) {
-                // A server restart ends every connection at once: the idle ones would fail the
-                // next requests one by one, so they go too, and the next request connects anew.
-                if !connection.isOpen { close() }
-                throw DatabaseUnavailable(description: "\(error)")
+        var retried = false
+        while true {
+            let connection = try checkOut(wait: wait)
+            do {
+                let result = try body(connection)
+                checkIn(connection)
+                return result
+            } catch {
+                checkIn(connection)
+                if !connection.isOpen && !retried {
+                    close()
+                    retried = true
+                    continue
+                }
+                if !connection.isOpen || Self.meansUnavailable(error) { throw DatabaseUnavailable(description: "\(error)") }
+                throw error
             }
-            throw error
         }
     }
 
@@ -103,7 +108,7 @@ final class ConnectionPool: @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Closes the idle connections (those checked out close when dropped); also after a lost one.
+    /// Closes the idle connections (those checked out close when dropped).
     func close() {
         condition.lock()
         open -= idle.count

@@ -98,14 +98,14 @@ final class GroupCommitter: @unchecked Sendable {
     }
 
     /// Appends a group's events; a refused event (PA001/PA002) becomes a rejection and the rest
-    /// is appended again; a lost connection is retried once on a new one (idempotent by eventId).
+    /// is appended again (the pool runs the transaction once more after a lost connection:
+    /// idempotent by eventId).
     private func write(_ group: [Submission]) {
         var results: [[EventResult?]] = group.map { Array(repeating: nil, count: $0.events.count) }
         var live: [(request: Int, event: Int)] = group.indices.flatMap { r in group[r].events.indices.map { (r, $0) } }
         var rejected = group.reduce(into: [RejectedGroup: Int]()) { all, submission in
             all.merge(submission.rejected, uniquingKeysWith: +)
         }
-        var retriedConnection = false
         var isolate = false
         while true {
             do {
@@ -135,9 +135,6 @@ final class GroupCommitter: @unchecked Sendable {
                 rejected[RejectedGroup(Array(group[slot.request].events[slot.event].utf8)), default: 0] += 1
             } catch let error as PostgresError where error.code.rawValue.hasPrefix("22") && !isolate {
                 isolate = true
-            } catch is DatabaseUnavailable where !retriedConnection {
-                retriedConnection = true
-                metrics.databaseError()
             } catch {
                 metrics.databaseError()
                 if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(Self.oneLine(error))") }
