@@ -23,8 +23,8 @@ public final class Projector {
     public static let channel = "permaudit_events"
     static let lockKey = "permaudit.projector"
 
-    /// Opens a second connection for the one-pass build of an empty projection (`init(url:)`
-    /// sets it). The build then computes the tables of installs and intake on it, in a
+    /// Opens a second connection for the one-pass build of an empty projection (set from
+    /// `secondConnectionURL`). The build then computes the tables of installs and intake on it, in a
     /// transaction of its own (`projection.stage_install_tables`), while `connection` builds the
     /// attempts and the counts, and copies them in before it commits: the server's second core
     /// does part of the work (migration 026, BENCHMARKS.md). Nil, or when it throws: the build
@@ -33,12 +33,16 @@ public final class Projector {
     /// Operational messages (never payloads or subjects).
     public var log: (String) -> Void = { _ in }
 
-    public init(connection: Connection) { self.connection = connection }
+    /// A projector on `connection`; with `secondConnectionURL` (the same database), it opens a
+    /// second connection there for a one-pass build.
+    public init(connection: Connection, secondConnectionURL: String? = nil) {
+        self.connection = connection
+        if let secondConnectionURL { openBuildHelper = { try Connection(url: secondConnectionURL) } }
+    }
 
     /// A projector connected to `url`, which opens a second connection there for a one-pass build.
     public convenience init(url: String) throws {
-        self.init(connection: try Connection(url: url))
-        openBuildHelper = { try Connection(url: url) }
+        self.init(connection: try Connection(url: url), secondConnectionURL: url)
     }
 
     public struct Progress: Sendable, Equatable {

@@ -52,10 +52,9 @@ enum ProjectCommand: Command {
         // stopped embedded cluster is waited for, not started.
         let (connection, databaseURL) = try openDatabaseAndURL(arguments)
         func makeProjector(_ connection: Connection) -> Projector {
-            let projector = Projector(connection: connection)
+            let projector = Projector(connection: connection, secondConnectionURL: databaseURL)
             projector.batchSize = batchSize
             projector.buildsEmptyProjectionInOnePass = arguments.value("--batch-size") == nil
-            projector.openBuildHelper = { try Connection(url: databaseURL) }
             projector.log = { printError($0) }
             return projector
         }

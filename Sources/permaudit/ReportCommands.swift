@@ -106,8 +106,7 @@ enum DemoCommand: Command {
             step("the log already holds \(stored) events: reusing them (--fresh starts over)")
         }
 
-        let projector = Projector(connection: db)
-        projector.openBuildHelper = { try Connection(url: url) }  // the one-pass build's second connection
+        let projector = Projector(connection: db, secondConnectionURL: url)
         projector.log = { printError($0) }
         do { try projector.acquire(wait: false) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
         let progress = try projector.catchUp()
