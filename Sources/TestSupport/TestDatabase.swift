@@ -47,6 +47,16 @@ public enum TestDatabase {
         try? admin?.execute("drop database if exists \"\(name)\" with (force)")
     }
 
+    /// Terminates every other client connection to `db`'s database (as a server restart would end
+    /// them) and returns how many it ended.
+    @discardableResult
+    public static func terminateOtherClients(_ db: Connection) throws -> Int {
+        try db.query("""
+            select count(pg_terminate_backend(pid))::int from pg_stat_activity
+             where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
+            """).scalar(Int.self)
+    }
+
     /// The repository root (where Package.swift is).
     public static let packageRoot: URL = {
         var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()

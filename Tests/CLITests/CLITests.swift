@@ -283,6 +283,13 @@ final class ProjectCommandTests: XCTestCase {
         return (process, stderr)
     }
 
+    /// Stops a follower with SIGTERM: its exit status and what it wrote on standard error.
+    func stopFollower(_ process: Process, _ stderr: Pipe) -> (Int32, String) {
+        process.terminate()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    }
+
     /// Waits up to 30 s until the checkpoint counts `count` events projected.
     static func waitForProjected(_ count: Int, _ db: Connection) throws -> Bool {
         let deadline = Date().addingTimeInterval(30)
@@ -299,17 +306,11 @@ final class ProjectCommandTests: XCTestCase {
         let (process, stderr) = try startFollower(databaseURL: url)
         XCTAssertTrue(try Self.waitForProjected(1, db))
         // Its backend terminated (as by a database restart): it connects again and goes on.
-        let terminated = try db.query("""
-            select count(pg_terminate_backend(pid))::int from pg_stat_activity
-             where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
-            """).scalar(Int.self)
-        XCTAssertEqual(terminated, 1)
+        XCTAssertEqual(try TestDatabase.terminateOtherClients(db), 1)
         try TestDatabase.append([EventFixtures.event(subject: "reconnect-b")], to: db)
         XCTAssertTrue(try Self.waitForProjected(2, db), "the follower projected the event appended after the loss")
-        process.terminate()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let (status, log) = stopFollower(process, stderr)
+        XCTAssertEqual(status, 0)
         XCTAssertTrue(log.contains("lost the database connection"), log)
         XCTAssertTrue(log.contains("reconnected; following the log again"), log)
         XCTAssertTrue(log.hasSuffix("stopped\n"), log)
@@ -330,10 +331,8 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(process.isRunning, "the follower is still running")
         try locker.query("rollback")
         XCTAssertTrue(try Self.waitForProjected(2, db), "the follower projected the event once the lock was gone")
-        process.terminate()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let (status, log) = stopFollower(process, stderr)
+        XCTAssertEqual(status, 0)
         XCTAssertTrue(log.contains("the batch failed and was rolled back (PostgreSQL 55P03"), log)
         XCTAssertTrue(log.hasSuffix("stopped\n"), log)
     }

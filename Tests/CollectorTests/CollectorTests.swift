@@ -300,11 +300,7 @@ final class CollectorTests: XCTestCase {
             guard let client = try? HTTPClient(port: port) else { return }
             _ = try? Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
         }
-        let terminated = try Connection(url: url).query("""
-            select count(pg_terminate_backend(pid))::int from pg_stat_activity
-             where datname = current_database() and pid <> pg_backend_pid() and backend_type = 'client backend'
-            """).scalar(Int.self)
-        XCTAssertGreaterThan(terminated, 1)
+        XCTAssertGreaterThan(try TestDatabase.terminateOtherClients(try Connection(url: url)), 1)
         let client = try HTTPClient(port: port)
         for _ in 0..<4 {
             let response = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
