@@ -351,9 +351,20 @@ private final class Exchange: @unchecked Sendable {
 private let accessHandler: MHD_AccessHandlerCallback = { context, connection, url, method, _, upload, uploadSize, state in
     guard let context, let connection, let uploadSize, let state else { return .NO }
     let server = Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue()
-    let path = url.map { String(cString: $0) } ?? "/"
+    let path = originForm(url.map { String(cString: $0) } ?? "/")
     return server.handle(connection, url: path, method: method.map { String(cString: $0) } ?? "",
                          upload: upload, uploadSize: uploadSize, state: state)
+}
+
+/// The path of a request target: an absolute-form target (`http://host:port/path`, which a
+/// server must accept, RFC 9112 section 3.2.2) is reduced to its path, `/` when it has none.
+func originForm(_ target: String) -> String {
+    for scheme in ["http://", "https://"] where target.lowercased().hasPrefix(scheme) {
+        let authorityAndPath = target.dropFirst(scheme.count)
+        guard let slash = authorityAndPath.firstIndex(of: "/") else { return "/" }
+        return String(authorityAndPath[slash...])
+    }
+    return target
 }
 
 private let requestCompleted: MHD_RequestCompletedCallback = { context, _, state, _ in

@@ -256,6 +256,10 @@ final class CollectorTests: XCTestCase {
         let hostless = try HTTPClient(port: collector.port)
         try hostless.write(Array("GET /healthz HTTP/1.1\r\n\r\n".utf8))
         XCTAssertEqual(try hostless.readResponse().status, 400, "HTTP/1.1 without Host")
+        // The absolute form of a target (as sent to proxies) names the same resource.
+        let absolute = try HTTPClient(port: collector.port)
+        try absolute.write(Array("GET HTTP://127.0.0.1:\(collector.port)/healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        XCTAssertEqual(try absolute.readResponse().status, 200, "absolute-form target")
 
         // A list field's repeated lines are one list (RFC 9110 section 5.3): gzip twice is an
         // encoding the collector does not decode.
@@ -268,7 +272,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try storedCount([outer, hidden]), 1)
         let metrics = try client.send("GET", "/metrics").text
         for line in ["permaudit_collector_requests_total{code=\"400\"} 6", "permaudit_collector_requests_total{code=\"415\"} 1",
-                     "permaudit_collector_request_duration_seconds_count 2"] {
+                     "permaudit_collector_request_duration_seconds_count 3"] {
             XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
         }
     }
