@@ -9,10 +9,13 @@ public struct ResultTable: Sendable {
         case number(Double)
         case null
 
-        /// For people: numbers to 4 decimals.
+        /// For people: numbers to 4 decimals; control characters in text (which a client may
+        /// send in an app version or a variant name) as `\u{1B}`, so that they cannot move the
+        /// cursor or rewrite a terminal's screen.
         public var plain: String {
             switch self {
             case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
+            case let .text(s): return ResultTable.visible(s)
             default: return exact
             }
         }
@@ -74,7 +77,7 @@ public struct ResultTable: Sendable {
             values.enumerated().map { i, v in v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }
-        var out = "\(title)\n" + line(columns) + "\n" + line(widths.map { String(repeating: "-", count: $0) }) + "\n"
+        var out = "\(Self.visible(title))\n" + line(columns) + "\n" + line(widths.map { String(repeating: "-", count: $0) }) + "\n"
         for row in cells { out += line(row) + "\n" }
         if rows.isEmpty { out += "(no data for this selection)\n" }
         return out
@@ -82,7 +85,7 @@ public struct ResultTable: Sendable {
 
     public var csv: String {
         func field(_ s: String) -> String {
-            s.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
+            s.unicodeScalars.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) ? "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" : s
         }
         return ([columns.map(field).joined(separator: ",")] + rows.map { $0.map { field($0.exact) }.joined(separator: ",") })
             .joined(separator: "\n") + "\n"
@@ -104,5 +107,14 @@ public struct ResultTable: Sendable {
         case .csv: return tables.map(\.csv).joined(separator: "\n")
         case .json: return "[" + tables.map(\.json).joined(separator: ",") + "]\n"
         }
+    }
+}
+
+extension ResultTable {
+    /// `s` with its control characters (C0, DEL, C1) written as `\u{1B}`.
+    static func visible(_ s: String) -> String {
+        func isControl(_ c: Unicode.Scalar) -> Bool { c.properties.generalCategory == .control }
+        guard s.unicodeScalars.contains(where: isControl) else { return s }
+        return s.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16, uppercase: true))}" : String($0) }.joined()
     }
 }

@@ -144,9 +144,10 @@ enum StatsCommand: Command {
         (a picker attempt involves no permission: with --by permission it falls in the group
         without one, unless another event of the attempt names one). --from and --to bound the
         attempt day (YYYY-MM-DD, inclusive; --from after --to is an error). Intervals are 95%
-        Wilson intervals; priming shows
-        each arm against its baseline (unprimed, or the control variant) with relative lift, the
-        unpooled difference interval and the pooled z-test's two-sided p-value.
+        Wilson intervals; priming shows each arm against its baseline (unprimed, or the control
+        variant) with relative lift, the unpooled difference interval and the pooled z-test's
+        two-sided p-value. Text from clients (app versions, variants) is printed as it is stored,
+        but in the table format control characters show as \\u{1B}.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),

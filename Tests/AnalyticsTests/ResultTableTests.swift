@@ -1,0 +1,31 @@
+import Analytics
+import XCTest
+
+/// Text from clients (app versions, experiment variants) reaches the terminal and CSV files.
+final class ResultTableTests: XCTestCase {
+    private let table = ResultTable(title: "Variants of \u{1B}[2J", columns: ["variant", "attempts"], rows: [
+        [.text("a,b"), .integer(1)], [.text("line\r\nbreak"), .integer(2)], [.text("cr\ronly"), .integer(3)],
+        [.text("say \"hi\""), .integer(4)], [.text("\u{1B}[31mred\u{7}"), .integer(5)], [.text("plain"), .null],
+    ])
+
+    func testCSVQuotesEveryFieldThatHoldsADelimiterAQuoteOrALineBreak() {
+        XCTAssertEqual(table.csv, """
+            variant,attempts
+            "a,b",1
+            "line\r\nbreak",2
+            "cr\ronly",3
+            "say ""hi\""",4
+            \u{1B}[31mred\u{7},5
+            plain,
+
+            """)
+    }
+
+    func testTerminalTextShowsControlCharactersInsteadOfSendingThem() {
+        let text = table.text
+        XCTAssertFalse(text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" }, text)
+        XCTAssertTrue(text.hasPrefix("Variants of \\u{1B}[2J\n"), text)
+        XCTAssertTrue(text.contains("\\u{1B}[31mred\\u{7}   5\n"), text)
+        XCTAssertTrue(text.contains("line\\u{D}\\u{A}break"), text)
+    }
+}
