@@ -9,13 +9,10 @@ public struct ResultTable: Sendable {
         case number(Double)
         case null
 
-        /// For people: numbers to 4 decimals; control characters in text (which a client may
-        /// send in an app version or a variant name) as `\u{1B}`, so that they cannot move the
-        /// cursor or rewrite a terminal's screen.
+        /// For people: numbers to 4 decimals.
         public var plain: String {
             switch self {
             case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
-            case let .text(s): return ResultTable.visible(s)
             default: return exact
             }
         }
@@ -69,9 +66,11 @@ public struct ResultTable: Sendable {
 
     public enum Format: String, CaseIterable, Sendable { case table, csv, json }
 
-    /// Aligned columns under the title, for a terminal.
+    /// Aligned columns under the title, for a terminal. Control characters in text (which a
+    /// client may send in an app version or a variant name) show as `\u{1B}`: they must not
+    /// move the cursor or rewrite the screen.
     public var text: String {
-        let cells = rows.map { $0.map(\.plain) }
+        let cells = rows.map { $0.map { Self.visible($0.plain) } }
         let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
         func line(_ values: [String]) -> String {
             values.enumerated().map { i, v in v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
