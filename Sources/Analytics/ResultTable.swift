@@ -73,8 +73,9 @@ public struct ResultTable: Sendable {
         let cells = rows.map { $0.map { Self.visible($0.plain) } }
         let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
         func line(_ values: [String]) -> String {
-            values.enumerated().map { i, v in v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
+            // Only trailing blanks go: an empty first cell keeps its column.
+            String(values.enumerated().map { i, v in v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").reversed().drop(while: { $0 == " " }).reversed())
         }
         var out = "\(Self.visible(title))\n" + line(columns) + "\n" + line(widths.map { String(repeating: "-", count: $0) }) + "\n"
         for row in cells { out += line(row) + "\n" }

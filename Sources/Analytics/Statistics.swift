@@ -53,7 +53,8 @@ public enum Statistics {
         let denominator = 1 + z * z / n
         let centre = (rate + z * z / (2 * n)) / denominator
         let half = z * (rate * (1 - rate) / n + z * z / (4 * n * n)).squareRoot() / denominator
-        return Interval(max(0, centre - half), min(1, centre + half))
+        // With no failures (no successes) the bound is 1 (0) exactly; computed, it may miss by 1e-16.
+        return Interval(p.successes == 0 ? 0 : max(0, centre - half), p.successes == p.trials ? 1 : min(1, centre + half))
     }
 
     /// Standard normal cumulative distribution function.

@@ -67,7 +67,8 @@ public enum Stats {
             """, query.parameters)
         var table = ResultTable(title: "Denial rate of prompted attempts (95% Wilson intervals)",
                                 columns: query.by.map(\.rawValue) + ["prompted", "denied", "denial_rate", "denial_low", "denial_high",
-                                                                      "grant_rate", "grant_low", "grant_high", "limited_rate", "restricted", "denied_permanent"])
+                                                                      "grant_rate", "grant_low", "grant_high", "limited_rate", "restricted", "denied_permanent",
+                                                                      "granted", "limited"])
         let k = query.by.count
         for row in 0..<rows.count {
             let prompted = try rows.value(row, k, as: Int?.self) ?? 0
@@ -81,6 +82,7 @@ public enum Stats {
                 .integer(prompted), .integer(denied), number(denial.rate), number(dw?.low), number(dw?.high),
                 number(grant.rate), number(gw?.low), number(gw?.high), number(Proportion(limited, of: prompted).rate),
                 .integer(try rows.value(row, k + 4, as: Int.self)), .integer(try rows.value(row, k + 5, as: Int.self)),
+                .integer(granted), .integer(limited),
             ])
         }
         return table

@@ -44,7 +44,8 @@ public final class Ingestor {
     public var onProgress: (Summary) -> Void = { _ in }
 
     private let log: EventLog
-    private var summary = Summary()
+    /// What the last `ingest` call did; after it threw in store-valid mode, what it had stored.
+    public private(set) var summary = Summary()
     /// Rejected events per (occurredAt day, app, platform) as far as they can be read; recorded
     /// in `audit.intake_anomalies` with the valid events (store-valid mode).
     private var rejectedGroups: [RejectedGroup: Int] = [:]
@@ -82,6 +83,12 @@ public final class Ingestor {
                 for (group, count) in rejectedGroups { try group.record(count, on: db) }
                 if mode == .allOrNothing { try db.execute("COMMIT") }
             }
+        } catch let error as IngestError where mode == .storeValid && db.isOpen {
+            // An input could not be read: the batches already sent are committed, so count them
+            // (and record the rejected lines) for the summary of what was stored.
+            try flush(nil)
+            for (group, count) in rejectedGroups { try group.record(count, on: db) }
+            throw error
         } catch {
             if db.isOpen { discardPendingResult(); if mode == .allOrNothing { try? db.execute("ROLLBACK") } }
             throw error
@@ -234,6 +241,8 @@ final class LineReader {
     static let maxLineBytes = EventValidator.maxLineBytes  // well below the 1 MiB buffer
     private let fd: Int32
     private let ownsDescriptor: Bool
+    /// The path, or "standard input", for errors.
+    private let name: String
     private var buffer = [UInt8](repeating: 0, count: 1 << 20)
     private var start = 0
     private var end = 0
@@ -241,6 +250,7 @@ final class LineReader {
     private var lineNumber = 0
 
     init(path: String) throws {
+        name = path == "-" ? "standard input" : path
         if path == "-" {
             fd = 0
             ownsDescriptor = false
@@ -253,8 +263,16 @@ final class LineReader {
 
     deinit { if ownsDescriptor { close(fd) } }
 
-    /// The next line (without its newline) and its 1-based number, or nil at the end.
+    /// The next line (without its line break, LF or CRLF; the first line without a UTF-8 byte
+    /// order mark, which RFC 8259 lets a reader ignore) and its 1-based number, or nil at the end.
     func next() throws -> (Int, [UInt8])? {
+        guard var (number, line) = try nextRaw() else { return nil }
+        if line.last == 0x0D && line.count <= Self.maxLineBytes { line.removeLast() }  // (not a truncated one)
+        if number == 1 && line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
+        return (number, line)
+    }
+
+    private func nextRaw() throws -> (Int, [UInt8])? {
         var overflow: [UInt8]? = nil
         while true {
             if let newline = buffer[start..<end].firstIndex(of: 0x0A) {
@@ -286,7 +304,7 @@ final class LineReader {
             let count = buffer.withUnsafeMutableBufferPointer { b in read(fd, b.baseAddress! + end, b.count - end) }
             if count < 0 {
                 if errno == EINTR { continue }
-                throw IngestError("read failed (\(String(cString: strerror(errno))))")
+                throw IngestError("\(name): read failed (\(String(cString: strerror(errno))))")
             }
             if count == 0 { eof = true } else { end += count }
         }

@@ -32,6 +32,7 @@ enum ProjectCommand: Command {
           --rebuild  recompute everything from the start in one transaction: readers see the
                      previous numbers until it commits, then the new ones at once
           --status   checkpoint, events behind, age of the oldest unprojected event
+        An option that does not apply to the chosen mode is a usage error.
         """
     static let options = [
         ("--once", "Catch up and exit."), ("--follow", "Keep up continuously."),
@@ -47,6 +48,16 @@ enum ProjectCommand: Command {
         try arguments.noPositionals()
         let modes = ["--once", "--follow", "--rebuild", "--status"].filter(arguments.has)
         guard modes.count == 1 else { throw UsageError(message: "choose exactly one of --once, --follow, --rebuild, --status", usage: usage) }
+        let applies: [String: Set<String>] = [
+            "--once": ["--batch-size", "--wait"], "--follow": ["--batch-size", "--poll", "--seal-every", "--key", "--wait"],
+            "--rebuild": ["--batch-size"], "--status": [],
+        ]
+        for option in arguments.given where option != modes[0] && option != "--database-url" && !applies[modes[0], default: []].contains(option) {
+            throw UsageError(message: "'\(option)' does not apply to \(modes[0])", usage: usage)
+        }
+        if arguments.value("--key") != nil && arguments.value("--seal-every") == nil {
+            throw UsageError(message: "'--key' is the seal key: it needs --seal-every", usage: usage)
+        }
         let batchSize = try arguments.int("--batch-size", default: Projector.defaultBatchSize, range: 1...1_000_000)
         // Reconnections and the one-pass build's second connection go to the URL found now: a
         // stopped embedded cluster is waited for, not started.
@@ -78,7 +89,8 @@ enum ProjectCommand: Command {
         case "--status":
             let status = try projector.status()
             print("checkpoint: \(status.checkpoint) (transaction id, position)")
-            print("events projected: \(status.eventsProjected), last batch at \(ISO8601DateFormatter().string(from: status.updatedAt))")
+            print("events projected: \(status.eventsProjected)"
+                  + (status.eventsProjected == 0 ? "" : ", last batch at \(ISO8601DateFormatter().string(from: status.updatedAt))"))
             print("events behind: \(status.eventsBehind)")
             print("oldest unprojected event: " + (status.oldestUnprojectedAge.map { String(format: "%.0f s old", $0) } ?? "none (caught up)"))
         case "--rebuild":
@@ -158,17 +170,18 @@ enum StatsCommand: Command {
     static let valueOptions: Set<String> = ["--by", "--app", "--platform", "--from", "--to", "--format", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
-        guard arguments.positionals.count == 1, let which = arguments.positionals.first, ["denial", "priming", "picker"].contains(which) else {
-            throw UsageError(message: "expected one of denial, priming, picker", usage: usage)
-        }
+        let which = try arguments.action(["denial", "priming", "picker"])
         var query = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform())
         (query.from, query.to) = try arguments.dayRange()
         if let by = arguments.value("--by") {
-            query.by = try by.split(separator: ",").map { name in
+            query.by = try by.split(separator: ",", omittingEmptySubsequences: false).map { name in
                 guard let dimension = StatsQuery.Dimension(rawValue: name.trimmingCharacters(in: .whitespaces)) else {
                     throw UsageError(message: "unknown dimension '\(name)' in --by; use \(StatsQuery.Dimension.allCases.map(\.rawValue).joined(separator: ", "))", usage: usage)
                 }
                 return dimension
+            }
+            if let repeated = query.by.first(where: { d in query.by.filter { $0 == d }.count > 1 }) {
+                throw UsageError(message: "'\(repeated.rawValue)' appears twice in --by", usage: usage)
             }
         }
         guard let format = ResultTable.Format(rawValue: arguments.value("--format") ?? "table") else {

@@ -77,6 +77,7 @@ struct ParsedArguments {
                 inline = String(argument[argument.index(after: equals)...])
             }
             if valueOptions.contains(name) {
+                guard values[name] == nil else { throw UsageError(message: "'\(name)' given more than once", usage: usage) }
                 if let inline { values[name] = inline; continue }
                 guard index < arguments.count else { throw UsageError(message: "missing value for '\(name)'", usage: usage) }
                 values[name] = arguments[index]
@@ -90,6 +91,8 @@ struct ParsedArguments {
     }
 
     func value(_ name: String) -> String? { values[name] }
+    /// Every option given, value options and flags, sorted.
+    var given: [String] { (Array(values.keys) + flags).sorted() }
     func has(_ flag: String) -> Bool { flags.contains(flag) }
 
     func int(_ name: String, default fallback: Int, range: ClosedRange<Int> = 1...Int.max) throws -> Int {
@@ -129,6 +132,15 @@ struct ParsedArguments {
 
     func noPositionals() throws {
         if let first = positionals.first { throw UsageError(message: "unexpected argument '\(first)'", usage: usage) }
+    }
+
+    /// The one positional argument, an action among `actions`.
+    func action(_ actions: [String]) throws -> String {
+        let expected = "expected one of " + actions.joined(separator: ", ")
+        guard let first = positionals.first else { throw UsageError(message: expected, usage: usage) }
+        guard actions.contains(first) else { throw UsageError(message: "unknown action '\(first)'; \(expected)", usage: usage) }
+        if positionals.count > 1 { throw UsageError(message: "unexpected argument '\(positionals[1])'", usage: usage) }
+        return first
     }
 }
 

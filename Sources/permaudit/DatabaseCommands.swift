@@ -40,9 +40,7 @@ enum DbCommand: Command {
     static let valueOptions: Set<String> = []
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
-        guard arguments.positionals.count == 1, let action = arguments.positionals.first else {
-            throw UsageError(message: "expected one of start, stop, status, url", usage: usage)
-        }
+        let action = try arguments.action(["start", "stop", "status", "url"])
         let cluster = EmbeddedCluster.fromEnvironment()
         switch action {
         case "start":
@@ -57,10 +55,8 @@ enum DbCommand: Command {
             case .stopped: print("stopped (\(cluster.dataDirectory.path))")
             case let .running(pid): print("running (pid \(pid)): \(cluster.url)")
             }
-        case "url":
-            print(cluster.url)
         default:
-            throw UsageError(message: "unknown action '\(action)'; expected start, stop, status or url", usage: usage)
+            print(cluster.url)
         }
         return 0
     }
@@ -97,19 +93,26 @@ enum AppendCommand: Command {
     static let name = "append"
     static let abstract = "Append one event (a wire-format JSON object) to the log."
     static let usage = "permaudit append [<json>] [--database-url <url>]"
-    static let discussion = "The event is the argument, or standard input when there is none."
+    static let discussion = "The event is the argument, or standard input when there is none or it is '-'."
     static let options = [databaseOption]
     static let valueOptions: Set<String> = ["--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count <= 1 else { throw UsageError(message: "expected at most one JSON event", usage: usage) }
-        let bytes = arguments.positionals.first.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
+        let argument = arguments.positionals.first.flatMap { $0 == "-" ? nil : $0 }
+        let bytes = argument.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
         if case let .failure(problem) = EventValidator().validate(bytes: bytes) {
             throw CommandFailure(message: problem.description)
         }
         let line = String(decoding: bytes, as: UTF8.self)
         let log = EventLog(connection: try openDatabase(arguments))
-        for result in try log.append([line]) {
+        let results: [EventLog.AppendResult]
+        do {
+            results = try log.append([line])
+        } catch let error as AppendError {
+            throw CommandFailure(message: error.reason)  // the one event: no batch index
+        }
+        for result in results {
             switch result.status {
             case .appended: print("appended \(result.eventId.uuidString.lowercased()) at position \(result.position ?? 0)")
             case .duplicate: print("duplicate \(result.eventId.uuidString.lowercased()) (already stored)")
@@ -129,7 +132,8 @@ enum IngestCommand: Command {
         nothing from the input is stored, the first 100 errors are printed as 'LINE: field: rule'
         and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
         is written to FILE as {"input", "line", "reason", "raw"}, and the exit status is 3 when any
-        line was rejected.
+        line was rejected (FILE must not be one of the inputs). Lines may end in LF or CRLF; a
+        UTF-8 byte order mark before the first line is skipped.
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
@@ -140,8 +144,14 @@ enum IngestCommand: Command {
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         let inputs = arguments.positionals.isEmpty ? ["-"] : arguments.positionals
-        for input in inputs where input != "-" && !FileManager.default.isReadableFile(atPath: input) {
-            throw CommandFailure(message: "\(input): no such readable file")
+        for input in inputs where input != "-" {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: input, isDirectory: &isDirectory) else { throw CommandFailure(message: "\(input): no such file") }
+            guard !isDirectory.boolValue else { throw CommandFailure(message: "\(input): is a directory") }
+            guard FileManager.default.isReadableFile(atPath: input) else { throw CommandFailure(message: "\(input): not readable") }
+        }
+        if let path = arguments.value("--rejects"), let input = inputs.first(where: { sameFile($0, path) }) {
+            throw UsageError(message: "'--rejects' names an input (\(input == "-" ? "standard input" : input)): the file would be emptied before it is read", usage: usage)
         }
         let batchSize = try arguments.int("--batch-size", default: 1000, range: 1...10_000)
         let ingestor = Ingestor(log: EventLog(connection: try openDatabase(arguments)))
@@ -178,7 +188,17 @@ enum IngestCommand: Command {
                 FileHandle.standardError.write(Data("\r\(summary.lines) lines: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)".utf8))
             }
         }
-        let summary = try ingestor.ingest(inputs)
+        let summary: Ingestor.Summary
+        do {
+            summary = try ingestor.ingest(inputs)
+        } catch {
+            if let rejectsFile {
+                try? rejectsFile.close()
+                let stored = ingestor.summary
+                printError("stored before the error: appended \(stored.appended), duplicates \(stored.duplicates), rejected \(stored.rejected)")
+            }
+            throw error
+        }
         try rejectsFile?.close()
         if isatty(2) == 1 { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
         if rejectsFile == nil && summary.rejected > printed {
@@ -191,6 +211,13 @@ enum IngestCommand: Command {
         }
         return 0
     }
+}
+
+/// Whether `input` (a path, or `-`: standard input) and `path` are one file.
+private func sameFile(_ input: String, _ path: String) -> Bool {
+    var a = stat(), b = stat()
+    guard (input == "-" ? fstat(0, &a) : stat(input, &a)) == 0, stat(path, &b) == 0 else { return false }
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino
 }
 
 enum EventsCommand: Command {

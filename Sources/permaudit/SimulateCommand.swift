@@ -64,7 +64,13 @@ enum SimulateCommand: Command {
             let today = Int64(Date().timeIntervalSince1970 * 1000) / 86_400_000
             return (today - days) * 86_400_000
         }
-        return Int64(RFC3339.parse(text + "T00:00:00Z")!.timeIntervalSince1970 * 1000)
+        let start = Int64(RFC3339.parse(text + "T00:00:00Z")!.timeIntervalSince1970 * 1000)
+        let endOfToday = (Int64(Date().timeIntervalSince1970 * 1000) / 86_400_000 + 1) * 86_400_000
+        guard start + days * 86_400_000 <= endOfToday else {
+            throw UsageError(message: "'--start' \(text) with --days \(days) ends after today (UTC): the write path refuses events more than 24 h ahead of the server's clock",
+                             usage: usage)
+        }
+        return start
     }
 
     /// Runs the simulation; writes it to `out` or ingests it. Returns the text to print.

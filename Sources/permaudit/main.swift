@@ -31,7 +31,7 @@ let topHelp = """
     if first == "--version" { print(version); return 0 }
     if first == "-h" || first == "--help" { print(topHelp); return 0 }
     if first == "help" {
-        guard arguments.count > 1 else { print(topHelp); return 0 }
+        guard arguments.count > 1, arguments[1] != "help" else { print(topHelp); return 0 }
         guard let command = commands.first(where: { $0.name == arguments[1] }) else {
             printError("Error: unknown subcommand '\(arguments[1])'\nUsage: permaudit <subcommand>")
             return 64

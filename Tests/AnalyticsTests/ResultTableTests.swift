@@ -21,6 +21,19 @@ final class ResultTableTests: XCTestCase {
             """)
     }
 
+    func testAnEmptyFirstCellKeepsItsColumn() {
+        let groups = ResultTable(title: "Picker", columns: ["permission", "flow", "attempts"],
+                                 rows: [[.null, .text("avatar"), .integer(76)], [.text("ios.photos.addOnly"), .null, .integer(3)]])
+        XCTAssertEqual(groups.text, """
+            Picker
+            permission          flow    attempts
+            ------------------  ------  --------
+                                avatar  76
+            ios.photos.addOnly          3
+
+            """)
+    }
+
     func testTerminalTextShowsControlCharactersInsteadOfSendingThem() {
         let text = table.text
         XCTAssertFalse(text.unicodeScalars.contains { $0.value < 0x20 && $0 != "\n" }, text)

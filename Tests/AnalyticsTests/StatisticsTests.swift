@@ -14,8 +14,10 @@ final class StatisticsTests: XCTestCase {
             XCTAssertEqual(interval.high, high, accuracy: 0.00005, "\(x)/\(n)")
         }
         XCTAssertNil(Statistics.wilson(Proportion(0, of: 0)))
-        let all = try XCTUnwrap(Statistics.wilson(Proportion(20, of: 20)))
-        XCTAssertEqual(all.high, 1, accuracy: 1e-12)
+        for n in 1...200 {  // exactly, so that a table shows 1, not 0.9999999999999999
+            XCTAssertEqual(try XCTUnwrap(Statistics.wilson(Proportion(n, of: n))).high, 1, "\(n)/\(n)")
+            XCTAssertEqual(try XCTUnwrap(Statistics.wilson(Proportion(0, of: n))).low, 0, "0/\(n)")
+        }
     }
 
     func testDifferenceLiftAndZTest() throws {

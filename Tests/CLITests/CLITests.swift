@@ -96,13 +96,24 @@ final class CLITests: XCTestCase {
     }
 
     func testUsageErrorsExit64() throws {
-        for arguments in [["frobnicate"], ["ingest", "--nope"], ["events", "--limit"], ["events", "--limit", "x"], ["db", "explode"]] {
+        for (arguments, message) in [
+            (["frobnicate"], "unknown subcommand 'frobnicate'"), (["ingest", "--nope"], "unknown option '--nope'"),
+            (["events", "--limit"], "missing value for '--limit'"), (["events", "--limit", "x"], "'--limit' must be an integer"),
+            (["db", "explode"], "unknown action 'explode'"), (["db", "status", "extra"], "unexpected argument 'extra'"),
+            (["stats", "denial", "priming"], "unexpected argument 'priming'"),
+            (["stats", "denial", "--by", "day", "--by", "app"], "'--by' given more than once"),
+            (["stats", "denial", "--by", "day,day"], "'day' appears twice in --by"), (["stats", "denial", "--by", "day,"], "unknown dimension ''"),
+            (["project", "--once", "--seal-every", "5"], "'--seal-every' does not apply to --once"),
+            (["project", "--status", "--wait"], "'--wait' does not apply to --status"),
+            (["simulate", "--start", "2999-01-01", "--out", "/dev/null"], "'--start' 2999-01-01 with --days 28 ends after today"),
+        ] {
             let run = try permaudit(arguments)
             XCTAssertEqual(run.status, 64, "\(arguments)")
-            XCTAssertTrue(run.stderr.hasPrefix("Error: "), run.stderr)
+            XCTAssertTrue(run.stderr.hasPrefix("Error: \(message)"), run.stderr)
             XCTAssertTrue(run.stderr.contains("Usage: "), run.stderr)
             XCTAssertEqual(run.stdout, "")
         }
+        XCTAssertEqual(try permaudit(["help", "help"]).stdout, try permaudit(["--help"]).stdout)
     }
 
     func testAppendIngestAndEvents() throws {
@@ -111,6 +122,9 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(appended.status, 0, appended.stderr)
         XCTAssertTrue(appended.stdout.hasPrefix("appended "), appended.stdout)
         XCTAssertTrue(try permaudit(["append", event]).stdout.hasPrefix("duplicate "))
+        XCTAssertTrue(try permaudit(["append", "-"], stdin: event).stdout.hasPrefix("duplicate "))
+        let conflict = try permaudit(["append", event.replacingOccurrences(of: "\"cli-subject\"", with: "\"other-subject\"")])
+        XCTAssertEqual(conflict.stderr, "Error: eventId: an event with this id was already stored with different content\n")
 
         let bad = try permaudit(["append", EventFixtures.event(overrides: ["platform": "\"windows\""])])
         XCTAssertEqual(bad.status, 1)
@@ -184,7 +198,34 @@ final class CLITests: XCTestCase {
 
         let missing = try permaudit(["ingest", directory.appendingPathComponent("nope").path])
         XCTAssertEqual(missing.status, 1)
-        XCTAssertTrue(missing.stderr.contains("no such readable file"))
+        XCTAssertTrue(missing.stderr.contains("nope: no such file"), missing.stderr)
+        let folder = try permaudit(["ingest", "--rejects", rejects.path, input.path, directory.path])
+        XCTAssertEqual(folder.status, 1)
+        XCTAssertEqual(folder.stderr, "Error: \(directory.path): is a directory\n", "refused before anything is read")
+
+        // The rejects file must not be an input: it is emptied before the inputs are read.
+        let before = try Data(contentsOf: input)
+        for (arguments, stdin) in [(["ingest", "--rejects", input.path, input.path], nil), (["ingest", "--rejects", input.path, "-"], input.path)] {
+            let run: Run
+            if let stdin {  // `- < FILE`: standard input is the file
+                run = try Self.run(["-c", "f=$1; shift; exec \"$0\" \"$@\" < \"$f\"", Self.binary.path, stdin] + arguments, url: url,
+                                   executable: URL(fileURLWithPath: "/bin/sh"))
+            } else {
+                run = try permaudit(arguments)
+            }
+            XCTAssertEqual(run.status, 64, run.stderr)
+            XCTAssertTrue(run.stderr.contains("'--rejects' names an input"), run.stderr)
+            XCTAssertEqual(try Data(contentsOf: input), before)
+        }
+
+        // CRLF line ends and a byte order mark: the lines as they are meant, and the raw line
+        // in the rejects file without its CR.
+        let windows = directory.appendingPathComponent("windows.ndjson")
+        try Data([0xEF, 0xBB, 0xBF] + Array((EventFixtures.event() + "\r\n{\"eventId\": 12}\r\n").utf8)).write(to: windows)
+        let crlf = try permaudit(["ingest", windows.path, "--rejects", rejects.path])
+        XCTAssertEqual(crlf.stdout, "appended 1, duplicates 0, rejected 1\n", crlf.stderr)
+        let rejectedLine = try String(contentsOf: rejects, encoding: .utf8)
+        XCTAssertTrue(rejectedLine.contains("\"line\":2,") && rejectedLine.hasSuffix(",\"raw\":\"{\\\"eventId\\\": 12}\"}\n"), rejectedLine)
     }
 
     func testUnmigratedExternalDatabaseIsReported() throws {

@@ -52,9 +52,9 @@ final class ReportTests: XCTestCase {
               from analytics.permission_outcomes_daily where \(scope) group by flow
             """, values: ["prompted", "denied", "denial_rate", "grant_rate", "limited_rate"])
         try assertTable(report, "rates_by_app_version", keys: ["app", "appVersion"], db: db, sql: """
-            select app, app_version, sum(prompted), sum(denied), sum(denied_permanent)
+            select app, app_version, sum(prompted), sum(denied), sum(denied_permanent), sum(granted), sum(limited)
               from analytics.permission_outcomes_daily where \(scope) group by 1, 2
-            """, values: ["prompted", "denied", "denied_permanent"])
+            """, values: ["prompted", "denied", "denied_permanent", "granted", "limited"])
         try assertTable(report, "weekly_trend", keys: ["week"], db: db, sql: """
             select date_trunc('week', day)::date::text, sum(prompted), sum(granted)::float8 / sum(prompted)
               from analytics.permission_outcomes_daily where \(scope) group by 1
