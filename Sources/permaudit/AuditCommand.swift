@@ -86,17 +86,17 @@ enum AuditCommand: Command {
                     }
                     return hash
                 }
-                let db: Postgres.Connection
-                let url: String
+                // Exit 1 means tampered: a database that cannot be reached or read is exit 2.
+                let result: Verifier.Result
                 do {
-                    (db, url) = try openDatabaseAndURL(arguments)
+                    let (db, url) = try openDatabaseAndURL(arguments)
+                    result = try Verifier(publicKey: key).verify(url: url, positions: range, expectedSeal: expected)
+                    try SubjectRights.recordAccess(db, command: "audit verify", details: [
+                        "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all",
+                        "result": result.verdict,
+                        "failures": "\(result.failures.count)",
+                    ])
                 } catch { printError("Error: \(error)"); return 2 }
-                let result = try Verifier(publicKey: key).verify(url: url, positions: range, expectedSeal: expected)
-                try SubjectRights.recordAccess(db, command: "audit verify", details: [
-                    "range": range.map { "\($0.lowerBound)-\($0.upperBound)" } ?? "all",
-                    "result": result.verdict,
-                    "failures": "\(result.failures.count)",
-                ])
                 print(result.lines.joined(separator: "\n"))
                 if result.sealsChecked == 0 && result.intact { printError("Error: no seal to verify against (run 'permaudit audit seal')"); return 2 }
                 return result.intact ? 0 : 1

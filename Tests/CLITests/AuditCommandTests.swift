@@ -71,6 +71,38 @@ final class AuditCommandTests: XCTestCase {
         let tampered = try permaudit(["audit", "verify"])
         XCTAssertEqual(tampered.status, 1)
         XCTAssertTrue(tampered.stdout.contains("FAIL seal 1: modified at position 3"), tampered.stdout)
+
+        // The dashboard's verdict on the whole log: a range verified intact afterwards (its own
+        // seal only) does not hide the tampering found before.
+        try TestDatabase.append([EventFixtures.event(subject: "cli-c")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0)
+        XCTAssertEqual(try permaudit(["audit", "verify", "--from", "4", "--to", "4"]).status, 0)
+        let status = try db.query("select last_verification, unsealed_events from analytics.compliance_status").decode((String, Int).self)
+        XCTAssertEqual(status.map(\.0), ["tampered"])
+        XCTAssertEqual(status.map(\.1), [0])
+
+        // A role that cannot read the seals could not verify: exit 2, not 1 (tampered).
+        let writer = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3Dpermaudit_writer", environment: ["PERMAUDIT_HOME": home.path])
+        XCTAssertEqual(writer.status, 2, writer.stderr)
+        XCTAssertTrue(writer.stderr.contains("permission denied"), writer.stderr)
+    }
+
+    /// Seals follow the committed order: an event whose position was taken before the last
+    /// sealed one and that committed after the seal is counted as unsealed.
+    func testUnsealedEventsCountsALateCommitBelowTheLastSealedPosition() throws {
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        let early = try Connection(url: url), late = try Connection(url: url), db = try Connection(url: url)
+        try early.execute("begin; select pg_current_xact_id()")  // the older transaction id
+        try late.execute("begin; select pg_current_xact_id()")
+        try late.query("select * from audit.append_events($1::jsonb)", ["[\(EventFixtures.event(subject: "late"))]"])  // position 1
+        try early.query("select * from audit.append_events($1::jsonb)", ["[\(EventFixtures.event(subject: "early"))]"])  // position 2
+        try early.execute("commit")
+        let seal = try permaudit(["audit", "seal"])  // seals (older id, 2); the newer transaction still runs
+        XCTAssertTrue(seal.stdout.hasPrefix("sealed 1 events"), seal.stdout + seal.stderr)
+        try late.execute("commit")
+        let status = try db.query("select unsealed_positions, unsealed_events from analytics.compliance_status").decode((Int, Int).self)
+        XCTAssertEqual(status.map(\.0), [0], "positions after the last sealed one: none")
+        XCTAssertEqual(status.map(\.1), [1], "but position 1 is not sealed")
     }
 
     func testExpectSealFindsTheNewestSealsDeleted() throws {

@@ -53,6 +53,17 @@ final class ReportCommandTests: XCTestCase {
         let json = try String(contentsOfFile: out + "/report.json", encoding: .utf8)
         XCTAssertTrue(json.contains("\"filters\":{\"app\":\"com.example.snap\",\"platform\":null,\"from\":\"2026-10-02\",\"to\":null}"), json)
 
+        // The analyst, who reads the views and nothing else (not the migration record either).
+        let analyst = url + "&options=-c%20role%3Dpermaudit_analyst"
+        let stats = try CLITests.run(["stats", "denial"], url: analyst)
+        XCTAssertEqual(stats.status, 0, stats.stderr)
+        let analystOut = directory.appendingPathComponent("analyst").path
+        let analystReport = try CLITests.run(["report", "--out", analystOut, "--format", "json"], url: analyst)
+        XCTAssertEqual(analystReport.status, 0, analystReport.stderr)
+        let analystJSON = try String(contentsOfFile: analystOut + "/report.json", encoding: .utf8)
+        XCTAssertTrue(analystJSON.contains("The compliance findings need read access"), analystJSON)
+        XCTAssertTrue(analystJSON.contains("\"id\":\"priming\""), analystJSON)
+
         let onlyJSON = directory.appendingPathComponent("j").path
         XCTAssertEqual(try permaudit(["report", "--out", onlyJSON, "--format", "json"]).status, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: onlyJSON), ["report.json"])
