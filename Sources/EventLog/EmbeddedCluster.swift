@@ -78,22 +78,22 @@ public struct EmbeddedCluster: Sendable {
 
     /// Creates a database in the cluster unless it exists (optionally from a template).
     public func createDatabase(_ name: String, template: String? = nil) throws {
-        let psql = try PostgresBinaries.locate().path("psql")
-        let exists = try run(psql, ["-X", "-At", "-d", url(database: "postgres"), "-c", "select 1 from pg_database where datname = '\(name)'"])
-        guard exists.status == 0 else { throw ClusterError("cannot reach the embedded cluster: \(exists.output)") }
-        if exists.output.trimmingCharacters(in: .whitespacesAndNewlines) == "1" { return }
-        var sql = "create database \"\(name)\""
-        if let template { sql += " template \"\(template)\"" }
-        let created = try run(psql, ["-X", "-q", "-d", url(database: "postgres"), "-c", sql])
-        if created.status != 0 && !created.output.contains("already exists") {
-            throw ClusterError("cannot create database \(name): \(created.output)")
+        let connection = try Connection(url: url(database: "postgres"))
+        let exists: Bool = try connection.query("select exists (select 1 from pg_database where datname = $1)", [name]).scalar()
+        if exists { return }
+        var sql = "create database " + Connection.quoteIdentifier(name)
+        if let template { sql += " template " + Connection.quoteIdentifier(template) }
+        do {
+            try connection.execute(sql)
+        } catch let error as PostgresError where error.code == .duplicateDatabase {
+            return  // created meanwhile by another process
         }
     }
 
     /// Drops a database of the cluster (and ends its sessions), if it exists.
     public func dropDatabase(_ name: String) throws {
         let connection = try Connection(url: url(database: "postgres"))
-        try connection.execute("drop database if exists \"\(name.replacingOccurrences(of: "\"", with: "\"\""))\" with (force)")
+        try connection.execute("drop database if exists \(Connection.quoteIdentifier(name)) with (force)")
     }
 
     // MARK: Set-up

@@ -45,6 +45,12 @@ public final class EventLog {
 
     static let appendSQL = "select event_id, position, status from audit.append_events($1::jsonb"
 
+    /// The stream version of the last stored event of the install `subject` of `app`, -1 when it
+    /// has none: the `expectedVersion` under which the next append of that stream succeeds.
+    public func streamVersion(app: String, subject: String) throws -> Int64 {
+        try connection.preparedQuery("select audit.stream_version($1, $2)", [app, subject]).scalar()
+    }
+
     static func results(_ rows: QueryResult) throws -> [AppendResult] {
         try rows.decode((UUID, Int64?, String).self).map { id, position, status in
             AppendResult(eventId: id, position: position, status: status == "appended" ? .appended : .duplicate)

@@ -67,6 +67,9 @@ public final class Ingestor {
         rejectedGroups = [:]
         failed = false
         let db = log.connection
+        guard !db.isInTransaction else {
+            throw IngestError("the connection is in a transaction: ingest commits its own (all or nothing, or batch by batch)")
+        }
         // Store-valid mode commits batch by batch: no savepoint per batch (past 64 subtransactions
         // every row visibility check in the transaction consults pg_subtrans, measured 2.5x slower).
         if mode == .allOrNothing { try db.execute("BEGIN") }

@@ -34,6 +34,12 @@ public final class Connection {
     /// True while the connection is usable.
     public var isOpen: Bool { PQstatus(handle) == CONNECTION_OK }
 
+    /// Whether a transaction block is open (or failed and not yet rolled back) on the connection.
+    public var isInTransaction: Bool {
+        let status = PQtransactionStatus(handle)
+        return status == PQTRANS_INTRANS || status == PQTRANS_INERROR
+    }
+
     /// The server's backend process id.
     public var backendPID: Int { Int(PQbackendPID(handle)) }
 
@@ -119,6 +125,10 @@ public final class Connection {
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
     @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
+        // BEGIN inside a transaction only warns, and the COMMIT below would end the caller's.
+        guard !isInTransaction else {
+            throw PostgresError(code: .activeSQLTransaction, message: "a transaction is already in progress on this connection (use savepoint)")
+        }
         try execute("BEGIN")
         do {
             let value = try body()
@@ -157,7 +167,8 @@ public final class Connection {
             throw PostgresError(code: .connectionFailure, message: "COPY did not start")
         }
         PQclear(start)
-        let writer = CopyWriter(handle: handle)
+        let writer = CopyWriter(connection: self, handle: handle)
+        defer { writer.isOpen = false }
         do {
             try body(writer)
             try writer.flush()
@@ -283,16 +294,22 @@ public final class Connection {
 
 /// Writes data to a `COPY ... FROM STDIN` in progress, buffering small writes.
 public final class CopyWriter {
+    /// Kept alive by the writer: its handle must outlive any write.
+    private let connection: Connection
     private let handle: OpaquePointer
     private var buffer: [UInt8] = []
     private let threshold = 256 * 1024
+    /// False once `copyIn` has ended the COPY: a writer kept beyond its body is refused.
+    var isOpen = true
 
-    init(handle: OpaquePointer) {
+    init(connection: Connection, handle: OpaquePointer) {
+        self.connection = connection
         self.handle = handle
         buffer.reserveCapacity(threshold + 4096)
     }
 
     public func write(_ bytes: some Sequence<UInt8>) throws {
+        guard isOpen else { throw PostgresError(code: .objectNotInPrerequisiteState, message: "the COPY has ended: a CopyWriter is valid inside copyIn's body only") }
         buffer.append(contentsOf: bytes)
         if buffer.count >= threshold { try flush() }
     }

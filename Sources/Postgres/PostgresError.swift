@@ -25,7 +25,10 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let adminShutdown = Code("57P01")
         public static let cannotConnectNow = Code("57P03")
         public static let lockNotAvailable = Code("55P03")
+        public static let objectNotInPrerequisiteState = Code("55000")
         public static let invalidTextRepresentation = Code("22P02")
+        public static let duplicateDatabase = Code("42P04")
+        public static let activeSQLTransaction = Code("25001")
         public static let raiseException = Code("P0001")
         /// Not a server code: libpq could not reach the server or lost the connection.
         public static let connectionFailure = Code("08006")

@@ -18,6 +18,7 @@ final class RoleMatrixTests: XCTestCase {
         let operations: [(String, String, Set<String>)] = [
             ("append through the write path", "select * from audit.append_events(('[' || \(event) || ']')::jsonb)", ["permaudit_writer"]),
             ("record rejected events", "select audit.record_rejected(current_date, 'a', 'ios', 1)", ["permaudit_writer"]),
+            ("read a stream's version", "select audit.stream_version('com.example.app', 'matrix-1')", ["permaudit_writer"]),
             ("insert into the log directly", "insert into audit.events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, payload) values (gen_random_uuid(), 1, 99, 'x', now(), 'a', 'ios', 1, '1', '{}')", []),
             ("insert into the link table", "insert into audit.subject_streams (app, subject) values ('a', 'b')", []),
             ("read the log", "select count(*) from audit.events", ["permaudit_projector", "permaudit_auditor"]),

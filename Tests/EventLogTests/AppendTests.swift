@@ -250,6 +250,19 @@ final class AppendTests: XCTestCase {
         XCTAssertEqual(try log.append([EventFixtures.event(subject: "s")], expectedVersion: 2).first?.status, .appended)
     }
 
+    /// A writer (who reads no table) learns the version to expect from the database.
+    func testStreamVersionIsTheExpectedVersionOfTheNextAppend() throws {
+        try db.execute("set role permaudit_writer")
+        defer { try? db.execute("reset role") }
+        XCTAssertEqual(try log.streamVersion(app: "com.example.app", subject: "v"), -1)
+        try log.append([EventFixtures.event(subject: "v"), EventFixtures.event(subject: "v"), EventFixtures.event(subject: "w")])
+        let version = try log.streamVersion(app: "com.example.app", subject: "v")
+        XCTAssertEqual(version, 1)
+        XCTAssertEqual(try log.streamVersion(app: "com.example.other", subject: "v"), -1, "a stream is (app, subject)")
+        XCTAssertEqual(try log.append([EventFixtures.event(subject: "v")], expectedVersion: version).first?.status, .appended)
+        XCTAssertEqual(try log.streamVersion(app: "com.example.app", subject: "v"), 2)
+    }
+
     func testTheLogIsImmutableForEveryRoleAndInReplicaMode() throws {
         try log.append([EventFixtures.event()])
         for statement in ["update audit.events set type = 'x'", "delete from audit.events", "truncate audit.events"] {

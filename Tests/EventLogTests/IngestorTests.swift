@@ -50,6 +50,23 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(try count(), 50)
     }
 
+    /// Ingest commits its own transactions: inside a caller's it would commit the caller's work.
+    func testIngestRefusesAConnectionInATransaction() throws {
+        let path = try write([EventFixtures.event()])
+        let connection = try Connection(url: url)
+        try connection.execute("begin")
+        for mode in [Ingestor.Mode.allOrNothing, .storeValid] {
+            let ingestor = Ingestor(log: EventLog(connection: connection))
+            ingestor.mode = mode
+            XCTAssertThrowsError(try ingestor.ingest([path])) { error in
+                XCTAssertTrue("\(error)".contains("the connection is in a transaction"), "\(error)")
+            }
+            XCTAssertTrue(connection.isInTransaction, "the caller's transaction is left as it was")
+        }
+        try connection.execute("rollback")
+        XCTAssertEqual(try count(), 0)
+    }
+
     func testAllOrNothingStoresNothingAndNamesTheLines() throws {
         var lines = (0..<30).map { _ in EventFixtures.event() }
         lines[3] = "{not json"

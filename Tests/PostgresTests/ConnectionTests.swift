@@ -102,6 +102,19 @@ final class ConnectionTests: XCTestCase {
             _ = try? db.savepoint { try db.query("insert into t values ('x')") }
         }
         XCTAssertEqual(try db.query("select array_agg(id order by id)::text from t").scalar(String.self), "{1,3}")
+
+        // A transaction inside a transaction would commit the caller's: refused, the outer one
+        // goes on and rolls back as a whole.
+        XCTAssertThrowsError(try db.transaction {
+            try db.query("insert into t values (4)")
+            XCTAssertThrowsError(try db.transaction { try db.query("insert into t values (5)") }) { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .activeSQLTransaction)
+            }
+            XCTAssertTrue(db.isInTransaction)
+            throw Boom()
+        })
+        XCTAssertFalse(db.isInTransaction)
+        XCTAssertEqual(try db.query("select count(*) from t where id >= 4").scalar(Int.self), 0)
     }
 
     func testCopyInAndOut() throws {
@@ -122,6 +135,17 @@ final class ConnectionTests: XCTestCase {
         XCTAssertGreaterThan(bytes, 10_000 * 8)
         XCTAssertThrowsError(try db.copyIn("copy t from stdin") { try $0.write("not-a-number\tx\n") })
         XCTAssertEqual(try db.query("select count(*) from t").scalar(Int.self), 10_000)
+
+        // A writer kept beyond its body (even beyond its connection) is refused, never used.
+        var kept: CopyWriter?
+        do {
+            let other = try Connection(url: url)
+            try other.execute("create temp table u (id int)")
+            _ = try other.copyIn("copy u from stdin") { writer in kept = writer; try writer.write("1\n") }
+        }
+        XCTAssertThrowsError(try kept?.write(String(repeating: "1\n", count: 200_000))) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .objectNotInPrerequisiteState)
+        }
     }
 
     func testListenNotify() throws {
