@@ -180,7 +180,7 @@ public struct Report: Sendable {
                     : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
                     + "(as `permaudit audit permissions` reports; over all days).",
                 items: [Item(name: "findings", table: table, chart: nil)]))
-        } catch let error as PostgresError where error.code.rawValue == "42501" {
+        } catch let error as PostgresError where error.code == .insufficientPrivilege {
             notes.append("The compliance findings need read access to the projections and the log (the auditor role); this role has none.")
         }
         if overview.promptedWithoutOutcome > 0 {

@@ -85,4 +85,20 @@ final class RoleMatrixTests: XCTestCase {
         }
         try db.execute("set session_replication_role = origin")
     }
+
+    /// The access record names the role a caller took with SET ROLE, and the login.
+    func testTheAccessRecordNamesTheRoleAndTheLogin() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let login: String = try db.query("select session_user::text").scalar()
+        try db.query("select audit.record_access('as the login', '{}')")
+        try db.execute("set role permaudit_auditor")
+        try db.query("select audit.record_access('as the auditor', '{}')")
+        _ = try db.query("select count(*) from audit.subject_events('com.example.app', 'nobody')")
+        try db.execute("reset role")
+        let rows = try db.query("select command, role_name, login_name from audit.access_log order by access_id").decode((String, String, String).self)
+        XCTAssertEqual(rows.map { [$0.0, $0.1, $0.2] }, [["as the login", login, login], ["as the auditor", "permaudit_auditor", login],
+                                                         ["audit.subject_events", "permaudit_auditor", login]])
+    }
 }
