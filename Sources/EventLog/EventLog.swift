@@ -60,7 +60,8 @@ public final class EventLog {
     // MARK: Reading in committed order
 
     /// Where a reader is: the (transaction id, position) of the last event it has seen.
-    public struct Checkpoint: Equatable, Comparable, Sendable, CustomStringConvertible {
+    /// `Codable` (`{"transactionId": ..., "position": ...}`), so that a reader can keep it.
+    public struct Checkpoint: Hashable, Comparable, Codable, Sendable, CustomStringConvertible {
         public var transactionId: UInt64
         public var position: Int64
         public static let start = Checkpoint(transactionId: 0, position: 0)

@@ -228,7 +228,7 @@ public enum ProjectorError: Error, CustomStringConvertible, Sendable {
     public var description: String {
         switch self {
         case let .busy(pid):
-            return "another projector is running" + (pid.map { " (server process \($0))" } ?? "") + "; only one may work at a time (use --wait to queue behind it)"
+            return "another projector is running" + (pid.map { " (server process \($0))" } ?? "") + "; only one may work at a time"
         case .notMigrated:
             return "the projection schema is missing; run 'permaudit migrate'"
         }

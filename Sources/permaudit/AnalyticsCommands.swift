@@ -82,7 +82,12 @@ enum ProjectCommand: Command {
             if interactive { FileHandle.standardError.write(Data("\r\(report(progress))".utf8)) }
         }
         func acquire(_ projector: Projector) throws {
-            do { try projector.acquire(wait: arguments.has("--wait")) } catch let error as ProjectorError { throw CommandFailure(message: error.description) }
+            do {
+                try projector.acquire(wait: arguments.has("--wait"))
+            } catch let error as ProjectorError {
+                guard case .busy = error else { throw CommandFailure(message: error.description) }
+                throw CommandFailure(message: error.description + " (use --wait to queue behind it)")
+            }
         }
         if modes[0] == "--once" || modes[0] == "--follow" { try acquire(projector) }
         switch modes[0] {

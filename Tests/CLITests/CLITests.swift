@@ -346,6 +346,9 @@ final class ProjectCommandTests: XCTestCase {
         try TestDatabase.append([EventFixtures.event(subject: "reconnect-a")], to: db)
         let (process, stderr) = try startFollower(databaseURL: url)
         XCTAssertTrue(try Self.waitForProjected(1, db))
+        let second = try CLITests.run(["project", "--once"], url: url)
+        XCTAssertEqual(second.status, 1)
+        XCTAssertTrue(second.stderr.contains("another projector is running") && second.stderr.contains("(use --wait to queue behind it)"), second.stderr)
         // Its backend terminated (as by a database restart): it connects again and goes on.
         XCTAssertEqual(try TestDatabase.terminateOtherClients(db), 1)
         try TestDatabase.append([EventFixtures.event(subject: "reconnect-b")], to: db)
