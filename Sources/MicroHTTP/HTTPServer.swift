@@ -358,7 +358,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { context, connection, ur
 
 /// The path of a request target: an absolute-form target (`http://host:port/path`, which a
 /// server must accept, RFC 9112 section 3.2.2) is reduced to its path, `/` when it has none.
-func originForm(_ target: String) -> String {
+private func originForm(_ target: String) -> String {
     for scheme in ["http://", "https://"] where target.lowercased().hasPrefix(scheme) {
         let authorityAndPath = target.dropFirst(scheme.count)
         guard let slash = authorityAndPath.firstIndex(of: "/") else { return "/" }

@@ -11,9 +11,8 @@ public enum TestDatabase {
     private static let prepared: Result<EmbeddedCluster, any Error> = Result {
         let cluster = EmbeddedCluster(home: home)
         try cluster.start()
-        let admin = try Connection(url: cluster.url(database: "postgres"))
-        try admin.execute("drop database if exists permaudit_template with (force)")
-        try admin.execute("create database permaudit_template")
+        try cluster.dropDatabase("permaudit_template")
+        try cluster.createDatabase("permaudit_template")
         let template = try Connection(url: cluster.url(database: "permaudit_template"))
         try Migrator(directory: sqlDirectory).migrate(template)
         return cluster
@@ -35,16 +34,14 @@ public enum TestDatabase {
     public static func create(migrated: Bool = true) throws -> String {
         let cluster = try cluster
         let name = "test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(16)
-        let admin = try Connection(url: cluster.url(database: "postgres"))
-        try admin.execute("create database \"\(name)\" template \(migrated ? "permaudit_template" : "template0")")
+        try cluster.createDatabase(String(name), template: migrated ? "permaudit_template" : "template0")
         return cluster.url(database: String(name))
     }
 
     /// Drops a database made by `create` (best effort, for tear-down).
     public static func drop(_ url: String) {
         guard let cluster = try? cluster, let name = url.split(separator: "?").first?.split(separator: "/").last else { return }
-        let admin = try? Connection(url: cluster.url(database: "postgres"))
-        try? admin?.execute("drop database if exists \"\(name)\" with (force)")
+        try? cluster.dropDatabase(String(name))
     }
 
     /// Terminates every other client connection to `db`'s database (as a server restart would end

@@ -85,6 +85,11 @@ final class AuditCommandTests: XCTestCase {
         let writer = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3Dpermaudit_writer", environment: ["PERMAUDIT_HOME": home.path])
         XCTAssertEqual(writer.status, 2, writer.stderr)
         XCTAssertTrue(writer.stderr.contains("permission denied"), writer.stderr)
+        // The projector reads the seals but may not record an access: the verdict stands.
+        let projector = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3Dpermaudit_projector", environment: ["PERMAUDIT_HOME": home.path])
+        XCTAssertEqual(projector.status, 1, projector.stderr)
+        XCTAssertTrue(projector.stdout.contains("FAIL seal 1: modified at position 3"), projector.stdout)
+        XCTAssertTrue(projector.stderr.contains("the verification is not recorded in audit.access_log"), projector.stderr)
     }
 
     /// Seals follow the committed order: an event whose position was taken before the last

@@ -32,6 +32,19 @@ final class MigratorTests: XCTestCase {
         }
     }
 
+    /// A database name is an identifier, never SQL (quotes included).
+    func testTheClusterCreatesAndDropsDatabasesOfAnyName() throws {
+        let cluster = try TestDatabase.cluster
+        let name = "pa'; create table public.injected (i int); select '\"\(UUID().uuidString.prefix(8))"
+        try cluster.createDatabase(name)
+        try cluster.createDatabase(name)  // exists: nothing to do
+        let admin = try Connection(url: cluster.url(database: "postgres"))
+        XCTAssertTrue(try admin.query("select exists (select 1 from pg_database where datname = $1)", [name]).scalar(Bool.self))
+        XCTAssertNil(try admin.query("select to_regclass('public.injected')::text").scalar(String?.self))
+        try cluster.dropDatabase(name)
+        XCTAssertFalse(try admin.query("select exists (select 1 from pg_database where datname = $1)", [name]).scalar(Bool.self))
+    }
+
     func testAFailingMigrationLeavesNothingHalfApplied() throws {
         let db = try Connection(url: url)
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-sql-\(UUID())")
