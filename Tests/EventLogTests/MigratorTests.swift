@@ -57,4 +57,63 @@ final class MigratorTests: XCTestCase {
         XCTAssertEqual(try db.query("select to_regclass('audit.half_done') is null").scalar(Bool.self), true)
         XCTAssertEqual(try db.query("select max(version) from permaudit.schema_migrations").scalar(Int.self), try Migrator(directory: TestDatabase.sqlDirectory).migrations.last!.version)
     }
+
+    /// deploy/migrate-with-psql.sh (a DBA's way, psql alone) records what the migrator records: the
+    /// two carry on from each other, and both refuse an edited migration or half a failed one.
+    func testTheMigrationsApplyWithPsqlAlone() throws {
+        let db = try Connection(url: url)
+        let migrator = try Migrator(directory: TestDatabase.sqlDirectory)
+        let half = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-sql-\(UUID())")
+        try FileManager.default.createDirectory(at: half, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: half) }
+        let firstHalf = migrator.migrations.prefix(migrator.migrations.count / 2)
+        for migration in firstHalf {
+            try FileManager.default.copyItem(at: TestDatabase.sqlDirectory.appendingPathComponent(migration.name),
+                                             to: half.appendingPathComponent(migration.name))
+        }
+
+        let byPsql = try migrateWithPsql(half)
+        XCTAssertEqual(byPsql.status, 0, byPsql.errors)
+        XCTAssertEqual(byPsql.output, firstHalf.map { "applied \($0.name)\n" }.joined() + "\(firstHalf.count) applied\n")
+        let rest = try migrator.migrate(db)  // checks the checksums the script recorded
+        XCTAssertEqual(rest.alreadyApplied, firstHalf.count)
+        XCTAssertEqual(rest.applied, migrator.migrations.dropFirst(firstHalf.count).map(\.name))
+        let again = try migrateWithPsql(TestDatabase.sqlDirectory)
+        XCTAssertEqual(again.status, 0, again.errors)
+        XCTAssertEqual(again.output, "0 applied\n")
+
+        // An edited applied file, a failing new one: refused, nothing half-written.
+        try (try String(contentsOf: half.appendingPathComponent(firstHalf[0].name), encoding: .utf8) + "\n-- edited\n")
+            .write(to: half.appendingPathComponent(firstHalf[0].name), atomically: true, encoding: .utf8)
+        let edited = try migrateWithPsql(half)
+        XCTAssertEqual(edited.status, 1)
+        XCTAssertTrue(edited.errors.contains("\(firstHalf[0].name): already applied but its text has changed"), edited.errors)
+        let broken = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-sql-\(UUID())")
+        try FileManager.default.copyItem(at: TestDatabase.sqlDirectory, to: broken)
+        defer { try? FileManager.default.removeItem(at: broken) }
+        try "create table audit.half_done (id int);\nselect 1/0;\n".write(to: broken.appendingPathComponent("999_broken.sql"), atomically: true, encoding: .utf8)
+        let failed = try migrateWithPsql(broken)
+        XCTAssertNotEqual(failed.status, 0)
+        XCTAssertTrue(failed.errors.contains("999_broken.sql:2: ERROR:  division by zero"), failed.errors)
+        XCTAssertEqual(try db.query("select to_regclass('audit.half_done') is null").scalar(Bool.self), true)
+        XCTAssertEqual(try migrator.pending(db), [])
+        XCTAssertEqual(try db.query("select count(*)::int from permaudit.schema_migrations").scalar(Int.self), migrator.migrations.count)
+    }
+
+    private func migrateWithPsql(_ directory: URL) throws -> (status: Int32, output: String, errors: String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = [TestDatabase.packageRoot.appendingPathComponent("deploy/migrate-with-psql.sh").path, url, directory.path]
+        var environment = ProcessInfo.processInfo.environment
+        environment["PATH"] = try PostgresBinaries.locate().directory + ":" + (environment["PATH"] ?? "/usr/bin:/bin")
+        process.environment = environment
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: outputData, as: UTF8.self), String(decoding: errorData, as: UTF8.self))
+    }
 }
