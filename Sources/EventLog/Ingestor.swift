@@ -269,7 +269,7 @@ final class LineReader {
     /// The next line (without its line break, LF or CRLF; the first line without a UTF-8 byte
     /// order mark, which RFC 8259 lets a reader ignore) and its 1-based number, or nil at the end.
     func next() throws -> (Int, [UInt8])? {
-        guard var (number, line) = try nextRaw() else { return nil }
+        guard case (let number, var line)? = try nextRaw() else { return nil }
         if line.last == 0x0D && line.count <= Self.maxLineBytes { line.removeLast() }  // (not a truncated one)
         if number == 1 && line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
         return (number, line)
