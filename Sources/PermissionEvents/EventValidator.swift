@@ -64,18 +64,22 @@ public struct EventValidator: Sendable {
         if bytes.count > Self.maxLineBytes {
             return .failure(EventProblem(field: "event", rule: Self.longLineRule))
         }
+        // Parsed with room to spare: the nesting limit applies to the value once a repeated key's
+        // earlier values are dropped (as the database sees it), which `validate(_:)` checks.
         let parsed: Result<JSONValue, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
-            do { return .success(try JSONParser.parse(bytes: buffer)) } catch let error as JSONSyntaxError where error.isTooDeep {
-                return .failure(EventProblem(field: "event", rule: error.reason))  // well-formed, but over the limit
+            do { return .success(try JSONParser.parse(bytes: buffer, maxDepth: Self.parseDepth)) } catch let error as JSONSyntaxError where error.isTooDeep {
+                return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
             } catch {
                 return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
             }
         }
-        return parsed.flatMap(checked)  // the parser applied the nesting limit
+        return parsed.flatMap(validate)
     }
 
-    /// Validates an event parsed elsewhere (e.g. one of a batch, parsed with a deeper limit than a
-    /// line's): the nesting limit first, as the parser of a line applies it.
+    /// How deep the parser of a line goes before it gives up (a bound on its recursion).
+    static let parseDepth = 512
+
+    /// Validates an event parsed elsewhere (e.g. one of a batch): the nesting limit first.
     public func validate(_ value: JSONValue) -> Result<ValidatedEvent, EventProblem> {
         guard value.depth <= JSONParser.defaultMaxDepth else {
             return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
@@ -330,8 +334,9 @@ public struct EventValidator: Sendable {
         let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
         let digits = Array(parts[0] + (parts.count > 1 ? parts[1] : ""))
         guard !digits.isEmpty, digits.allSatisfy(\.isASCII), digits.allSatisfy(\.isNumber) else { return nil }
-        // Where the decimal point falls among the digits once the exponent is applied.
-        let point = parts[0].count + max(min(exponent, 1_000), -1_000)
+        // Where the decimal point falls among the digits once the exponent is applied (an exponent
+        // beyond the digits' count either way decides the same as one just beyond it).
+        let point = parts[0].count + max(min(exponent, digits.count + 13), -(digits.count + 1))
         guard digits.dropFirst(max(point, 0)).allSatisfy({ $0 == "0" }) else { return nil }
         let whole = digits.prefix(max(point, 0)).drop(while: { $0 == "0" })
         let padding = max(point - digits.count, 0)
@@ -361,8 +366,10 @@ public struct EventValidator: Sendable {
         return true
     }
 
+    /// `local@domain.tld` as the database's `^[^@]+@[^@.]+(\.[^@.]+)+$`: over Unicode scalars, so
+    /// that a combining mark after the `@` or a dot does not hide it (as a `Character` would).
     static func looksLikeEmail(_ text: String) -> Bool {
-        let parts = text.split(separator: "@", omittingEmptySubsequences: false)
+        let parts = text.unicodeScalars.split(separator: "@", omittingEmptySubsequences: false)
         guard parts.count == 2, !parts[0].isEmpty else { return false }
         let domain = parts[1].split(separator: ".", omittingEmptySubsequences: false)
         return domain.count >= 2 && domain.allSatisfy { !$0.isEmpty }

@@ -1,4 +1,5 @@
-/// A parsed JSON value. Objects keep their members in input order.
+/// A parsed JSON value. Objects keep their members in input order; the parser keeps one member
+/// per key, the last value given (as PostgreSQL's `jsonb` does).
 public enum JSONValue: Equatable, Sendable {
     case null
     case bool(Bool)
@@ -130,6 +131,7 @@ public struct JSONParser {
         guard depth <= maxDepth else { throw JSONSyntaxError(offset: index, reason: JSONSyntaxError.tooDeep(maxDepth), isTooDeep: true) }
         index += 1
         var members: [(key: String, value: JSONValue)] = []
+        var keys: [[UInt8]: Int]? = nil
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
         while true {
@@ -141,13 +143,32 @@ public struct JSONParser {
             index += 1
             skipWhitespace()
             let value = try parseValue(depth: depth + 1)
-            members.append((key, value))
+            if let earlier = Self.index(of: key, in: members, keys: &keys) {
+                members[earlier].value = value  // a repeated key: the last value counts
+            } else {
+                members.append((key, value))
+            }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
             if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
             throw error("expected ',' or '}'")
         }
+    }
+
+    /// Where `key` already is among `members`, compared byte by byte as `jsonb` compares keys (Swift
+    /// strings compare canonically equivalent texts equal); an index of the keys once there are many.
+    private static func index(of key: String, in members: [(key: String, value: JSONValue)], keys: inout [[UInt8]: Int]?) -> Int? {
+        if keys == nil && members.count < 16 {
+            return members.firstIndex { $0.key.utf8.elementsEqual(key.utf8) }
+        }
+        if keys == nil {
+            keys = Dictionary(members.enumerated().map { (Array($0.element.key.utf8), $0.offset) }, uniquingKeysWith: { first, _ in first })
+        }
+        let bytes = Array(key.utf8)
+        if let found = keys?[bytes] { return found }
+        keys?[bytes] = members.count  // where the caller appends it
+        return nil
     }
 
     private mutating func parseArray(depth: Int) throws -> JSONValue {
@@ -333,10 +354,10 @@ extension JSONValue {
 
     /// The length of `numeric`'s text for a JSON number: the integer digits without leading
     /// zeros (at least one), and as many fraction digits as written less the exponent. An exponent
-    /// that `numeric` refuses (beyond ±1,073,741,823) counts as longer than any event may be.
+    /// that `numeric` refuses (±1,073,741,823 and beyond) counts as longer than any event may be.
     static func numericLength(_ text: String) -> Int {
         let parts = text.split(whereSeparator: { $0 == "e" || $0 == "E" })
-        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) <= 1_073_741_823 else { return Int(Int32.max) }
+        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) < 1_073_741_823 else { return Int(Int32.max) }
         var mantissa = Substring(parts[0])
         let negative = mantissa.hasPrefix("-")
         if negative { mantissa = mantissa.dropFirst() }

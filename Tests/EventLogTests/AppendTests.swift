@@ -142,6 +142,45 @@ final class AppendTests: XCTestCase {
         }
     }
 
+    /// Cases where the Swift validator once judged differently from the database: a combining mark
+    /// after the e-mail shape's `@` or dot, a repeated key whose earlier value breaks a rule (the
+    /// last value counts), integers written with exponents beyond ±1000, numeric's exponent limit.
+    func testSwiftAndSQLAgreeOnMarksRepeatedKeysAndExponents() throws {
+        let validator = EventValidator()
+        let email = "subject: must be a pseudonymous install id, not an e-mail address"
+        let deep = String(repeating: "[", count: 15) + String(repeating: "]", count: 15)
+        let integer = "attributes.selectedCount: must be an integer >= 1"
+        let cases: [(name: String, json: String, problem: String?)] = [
+            ("mark after @", EventFixtures.event(overrides: ["subject": "\"user@\u{0301}example.com\""]), email),
+            ("mark after a dot", EventFixtures.event(overrides: ["subject": "\"a@b.\u{FE0F}com\""]), email),
+            ("repeated experiment", EventFixtures.event(overrides: ["experiments": "{\"priming\":1,\"priming\":\"treatment\"}"]), nil),
+            ("repeated deep attribute", EventFixtures.event(overrides: ["attributes": "{\"x\":\(deep),\"x\":1}"]), nil),
+            ("deep attribute", EventFixtures.event(overrides: ["attributes": "{\"x\":\(deep)}"]), "event: nesting deeper than 16 levels"),
+            ("1.5 with a long exponent", EventFixtures.event(type: "picker.completed", overrides:
+                ["attributes": "{\"selectedCount\":15\(String(repeating: "0", count: 1000))e-1001}"]), integer),
+            ("15 with a long exponent", EventFixtures.event(type: "picker.completed", overrides:
+                ["attributes": "{\"selectedCount\":0.\(String(repeating: "0", count: 1000))15e1002}"]), nil),
+            ("zero at numeric's largest exponent", EventFixtures.event(overrides: ["attributes": "{\"x\":0e1073741822}"]), nil),
+        ]
+        for test in cases {
+            XCTAssertEqual(validator.problem(line: test.json), test.problem, test.name)
+            XCTAssertEqual(try databaseProblem(test.json), test.problem, test.name)
+        }
+        // Thousands of levels: over the size limit in the write path too (031; the jsonpath walk
+        // that measures the size ran out of stack), as in the Swift validator.
+        let deepest = EventFixtures.event(overrides: ["attributes": "{\"x\":\(String(repeating: "[", count: 12_000) + String(repeating: "]", count: 12_000))}"])
+        XCTAssertEqual(validator.problem(line: deepest), "event: nesting deeper than 16 levels")
+        XCTAssertThrowsError(try log.append([deepest])) { error in
+            XCTAssertEqual((error as? AppendError)?.reason, "event: must be at most 16 KiB of JSON", "\(error)")
+        }
+        // One past it numeric cannot hold (the database refuses the text: 22003, before any rule).
+        let overflow = EventFixtures.event(overrides: ["attributes": "{\"x\":0e1073741823}"])
+        XCTAssertEqual(validator.problem(line: overflow), "event: must be at most 16 KiB of JSON")
+        XCTAssertThrowsError(try databaseProblem(overflow)) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "22003", "\(error)")
+        }
+    }
+
     /// "At most 16 KiB of JSON", measured as compact JSON: 16,384 bytes pass, 16,385 do not, in the
     /// Swift validator, in the database's rule walk and through the write path alike.
     func testTheSizeLimitIsSixteenKiBOfCompactJSON() throws {

@@ -55,4 +55,34 @@ final class EventSchemaTests: XCTestCase {
             }
         }
     }
+
+    /// The string rules of the schema (length, pattern, `not`) under a regular expression engine
+    /// whose `$` also matches before a final line break (ICU here; Python and Java do the same):
+    /// such a line break, or a NUL after osVersion's dot, is still invalid, as the validator says.
+    func testStringRulesHoldWhereDollarMatchesBeforeAFinalLineBreak() throws {
+        let properties = try schema()["properties"]
+        func valid(_ field: String, _ value: String) throws -> Bool {
+            let rules = try XCTUnwrap(properties?[field], field)
+            func matches(_ pattern: JSONValue?) throws -> Bool {
+                guard let pattern = pattern?.stringValue else { return true }
+                let regex = try NSRegularExpression(pattern: pattern)
+                return regex.firstMatch(in: value, range: NSRange(value.startIndex..., in: value)) != nil
+            }
+            let length = value.unicodeScalars.count
+            if let minimum = rules["minLength"], case let .number(text) = minimum, length < Int(text)! { return false }
+            if let maximum = rules["maxLength"], case let .number(text) = maximum, length > Int(text)! { return false }
+            return try matches(rules["pattern"]) && !(rules["not"]?["pattern"] != nil && matches(rules["not"]?["pattern"]))
+        }
+        let samples = [("eventId", "5b0c1f4e-2d7a-4c1b-9a3e-0f6d2b8c7e11"), ("attempt", "0d9e8a52-7b61-4f0e-8a0c-3c5d6e7f8a90"),
+                       ("occurredAt", "2026-10-03T09:15:27.120Z"), ("app", "com.example.snap"), ("flow", "backup"),
+                       ("osVersion", "14")]
+        for (field, value) in samples {
+            XCTAssertTrue(try valid(field, value), "\(field) \(value)")
+            XCTAssertFalse(try valid(field, value + "\n"), "\(field) \(value) with a final line break")
+            XCTAssertNotNil(EventValidator().problem(line: EventFixtures.event(overrides: [field: EventFixtures.quoted(value + "\n")])), field)
+        }
+        XCTAssertTrue(try valid("osVersion", "17.\n"))  // free text after the dot, as the validator reads it
+        XCTAssertNil(EventValidator().problem(line: EventFixtures.event(overrides: ["osVersion": EventFixtures.quoted("17.\n")])))
+        XCTAssertFalse(try valid("osVersion", "17.\u{0}"))
+    }
 }
