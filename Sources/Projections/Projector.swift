@@ -125,8 +125,29 @@ public final class Projector {
         try connection.transaction {
             try connection.query("select projection.reset()")
             let built = buildsEmptyProjectionInOnePass ? try buildFromLog() : Progress()
-            return try drain(from: built, shouldStop: { false }, onBatch: onBatch) { try applyBatch() }
+            let size = try rebuildBatchSize()
+            return try drain(from: built, shouldStop: { false }, onBatch: onBatch) { try applyBatch(size: size) }
         }
+    }
+
+    /// At most this many batches in the one transaction of a rebuild: each batch's scratch tables
+    /// are new relations whose locks the transaction holds until it commits, and PostgreSQL's lock
+    /// table (`max_locks_per_transaction` = 64 per connection by default) ran out after about
+    /// 1,000 batches ("out of shared memory").
+    static let maxBatchesPerRebuild = 500
+
+    /// `batchSize`, or larger where the events still to project would take more than
+    /// `maxBatchesPerRebuild` batches of it (said through `log`).
+    private func rebuildBatchSize() throws -> Int {
+        let pending: Int = try connection.query("""
+            select count(*)::bigint from audit.events e, projection.checkpoint c
+             where c.name = 'analytics' and (e.transaction_id, e.position) > (c.transaction_id, c.position)
+            """).scalar()
+        let size = max(batchSize, (pending + Self.maxBatchesPerRebuild - 1) / Self.maxBatchesPerRebuild)
+        if size > batchSize {
+            log("batches of \(size) events instead of \(batchSize): a rebuild runs in one transaction, which holds every batch's locks until it commits, so it takes at most \(Self.maxBatchesPerRebuild) batches")
+        }
+        return size
     }
 
     /// Runs `batch` until it finds no events (or `shouldStop`), adding up the progress from
@@ -177,8 +198,8 @@ public final class Projector {
                       updatedAt: first.3, eventsBehind: first.4, oldestUnprojectedAge: first.5)
     }
 
-    private func applyBatch() throws -> Progress {
-        try progress(of: "select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [batchSize])
+    private func applyBatch(size: Int? = nil) throws -> Progress {
+        try progress(of: "select events, attempts, transaction_id::text, position from projection.apply_batch($1)", [size ?? batchSize])
     }
 
     /// The one-pass build; it projects nothing unless the projection is empty.

@@ -30,7 +30,8 @@ enum ProjectCommand: Command {
                      --seal-every N it also seals the committed log every N seconds
                      (permaudit audit seal)
           --rebuild  recompute everything from the start in one transaction: readers see the
-                     previous numbers until it commits, then the new ones at once
+                     previous numbers until it commits, then the new ones at once; with
+                     --batch-size, in at most 500 batches (larger ones where needed)
           --status   checkpoint, events behind, age of the oldest unprojected event
         An option that does not apply to the chosen mode is a usage error.
         """

@@ -63,6 +63,27 @@ final class ProjectorTests: XCTestCase {
         }
     }
 
+    /// A rebuild runs in one transaction, which keeps each batch's locks until it commits: batches
+    /// of one event over 1,500 events ran out of PostgreSQL's lock table ("out of shared memory").
+    func testARebuildInTinyBatchesTakesAtMostFiveHundred() throws {
+        let db = try Connection(url: url)
+        var random = RandomEvents(seed: 7)
+        try TestDatabase.append(random.events(attempts: 500, subjects: 60), to: db)
+        let events = try db.query("select count(*)::int from audit.events").scalar(Int.self)
+        XCTAssertGreaterThan(events, 1_200)
+        let projector = Projector(connection: try Connection(url: url))
+        projector.buildsEmptyProjectionInOnePass = false
+        projector.batchSize = 1
+        var logged: [String] = []
+        projector.log = { logged.append($0) }
+        let done = try projector.rebuild()
+        let size = (events + 499) / 500
+        XCTAssertEqual(done.events, events)
+        XCTAssertEqual(done.batches, (events + size - 1) / size)
+        XCTAssertEqual(logged, ["batches of \(size) events instead of 1: a rebuild runs in one transaction, which holds every batch's locks until it commits, so it takes at most 500 batches"])
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
+
     /// Every row of the projection's state tables (those without count rows that can fall to zero).
     static func stateRows(_ db: Connection) throws -> [String] {
         var rows: [String] = []
