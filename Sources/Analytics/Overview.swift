@@ -13,6 +13,8 @@ public struct Overview: Sendable, Equatable {
     /// Prompted attempts whose events show no answer (granted, limited, denied, restricted).
     public var promptedWithoutOutcome = 0
     public var primedAttempts = 0
+    /// Permission attempts in experiment arms, summed over experiment keys: an attempt carrying
+    /// two keys counts in each (as in `analytics.experiment_arms`), so this can exceed `attempts`.
     public var experimentAttempts = 0
     public var apps = 0
     /// First and last day with events (UTC, `YYYY-MM-DD`), nil when there are none.

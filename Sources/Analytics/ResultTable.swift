@@ -112,7 +112,7 @@ public struct ResultTable: Sendable {
 
 extension ResultTable {
     /// `s` with its control characters (C0, DEL, C1) written as `\u{1B}`.
-    static func visible(_ s: String) -> String {
+    public static func visible(_ s: String) -> String {
         func isControl(_ c: Unicode.Scalar) -> Bool { c.properties.generalCategory == .control }
         guard s.unicodeScalars.contains(where: isControl) else { return s }
         return s.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16, uppercase: true))}" : String($0) }.joined()

@@ -115,6 +115,18 @@ public enum Stats {
         return [primed, experiments]
     }
 
+    /// Experiment keys that `priming` pools over several apps (its grouping has no `app` and no
+    /// app is chosen), with their number of apps: a key's variants are assigned within each app, so
+    /// pooled arms can hide or reverse an app's effect (Simpson's paradox); `--by app` separates them.
+    public static func experimentsPooledAcrossApps(_ db: Connection, _ query: StatsQuery) throws -> [(experiment: String, apps: Int)] {
+        guard query.app == nil, !query.by.contains(.app) else { return [] }
+        return try db.query("""
+            select experiment, count(distinct app)::bigint
+              from analytics.experiment_arms_detail_daily where \(query.filter)
+             group by experiment having count(distinct app) > 1 order by experiment
+            """, query.parameters).decode((String, Int).self).map { (experiment: $0.0, apps: $0.1) }
+    }
+
     /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied at the dialog),
     /// ordered so that the rows of one group are adjacent.
     static func armTable(_ rows: QueryResult, dimensions: [String], armColumn: String, baseline: String, title: String) throws -> ResultTable {

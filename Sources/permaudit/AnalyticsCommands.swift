@@ -164,8 +164,10 @@ enum StatsCommand: Command {
         attempt day (YYYY-MM-DD, inclusive; --from after --to is an error). Intervals are 95%
         Wilson intervals; priming shows each arm against its baseline (unprimed, or the control
         variant) with relative lift, the unpooled difference interval and the pooled z-test's
-        two-sided p-value. Text from clients (app versions, variants) is printed as it is stored,
-        but in the table format control characters show as \\u{1B}.
+        two-sided p-value; an experiment run in several apps is pooled across them unless grouped
+        or filtered by app (a note on stderr names it). Text from clients (app versions,
+        variants) is printed as it is stored, but in the table format control characters show
+        as \\u{1B}.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
@@ -201,6 +203,11 @@ enum StatsCommand: Command {
         default: tables = [try Stats.picker(db, query)]
         }
         print(ResultTable.render(tables, format), terminator: "")
+        if which == "priming" {
+            for pooled in try Stats.experimentsPooledAcrossApps(db, query) {
+                printError("Note: experiment \(ResultTable.visible(pooled.experiment)) runs in \(pooled.apps) apps; its arms are pooled across them (--by app compares them per app)")
+            }
+        }
         return 0
     }
 }

@@ -404,6 +404,10 @@ final class ProjectCommandTests: XCTestCase {
         let document = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(priming.stdout.utf8)) as? [[String: Any]])
         XCTAssertEqual(document.count, 2)
         XCTAssertEqual((document[0]["rows"] as? [[String: Any]])?.compactMap { $0["arm"] as? String }.sorted(), ["primed", "unprimed"])
+        // exp-1 runs in both apps: its arms are pooled unless grouped (or filtered) by app, and it says so.
+        XCTAssertEqual(priming.stderr, "Note: experiment exp-1 runs in 2 apps; its arms are pooled across them (--by app compares them per app)\n")
+        XCTAssertEqual(try CLITests.run(["stats", "priming", "--by", "app"], url: url).stderr, "")
+        XCTAssertEqual(try CLITests.run(["stats", "priming", "--app", "com.example.a"], url: url).stderr, "")
 
         let picker = try CLITests.run(["stats", "picker", "--by", "week,flow", "--from", "2026-01-01", "--to", "2030-12-31"], url: url)
         XCTAssertEqual(picker.status, 0, picker.stderr)
