@@ -114,6 +114,14 @@ public struct Report: Sendable {
                 items.append(Item(name: "experiments", table: experiments,
                                   chart: .intervalBars(label: ["app", "experiment", "variant"], value: "access_rate",
                                                        low: "access_low", high: "access_high", weight: "attempts")))
+                let (app, experiment, variant) = (experiments.column("app")!, experiments.column("experiment")!, experiments.column("variant")!)
+                let groups = Dictionary(grouping: experiments.rows) { [$0[app].plain, $0[experiment].plain] }
+                let withoutControl = groups.filter { !$0.value.contains { $0[variant].plain == "control" } }.keys
+                    .map { "\($0[1]) (\($0[0]))" }.sorted()
+                if !withoutControl.isEmpty {
+                    notes.append("No variant is named 'control' (the baseline) in \(withoutControl.joined(separator: ", ")): "
+                                 + "those variants are shown without a comparison.")
+                }
             }
             if items.contains(where: { item in
                 guard let column = item.table.column("too_small") else { return false }

@@ -45,7 +45,7 @@ public struct ReportWriter {
         out += "Selection: \(report.filterDescription). Generated \(generated) by `permaudit report` from the analytics views.\n\n"
         out += "## Summary\n\n" + markdownTable(DisplayTable(report.overview.table)) + "\n"
         if !report.notes.isEmpty {
-            out += "### What this data cannot show\n\n" + report.notes.map { "- \($0)\n" }.joined() + "\n"
+            out += "### What this data cannot show\n\n" + report.notes.map { "- \(Self.markdownCell($0))\n" }.joined() + "\n"
         }
         for section in report.sections {
             out += "## \(section.title)\n\n\(section.intro)\n\n"

@@ -220,17 +220,21 @@ final class ReportTests: XCTestCase {
         defer { TestDatabase.drop(url) }
         let db = try Connection(url: url)
         let attempt = UUID()
-        let overrides = ["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"), "experiments": "{\"priming\":\"<i>a|b</i>\"}"]
+        let overrides = ["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"), "experiments": "{\"<u>k</u>\":\"<i>a|b</i>\"}"]
         try EventLog(connection: db).append([
             EventFixtures.event(type: "permission.prompted", attempt: attempt, overrides: overrides, removing: ["attributes"]),
             EventFixtures.event(type: "permission.granted", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt, overrides: overrides,
                                 removing: ["attributes"]),
         ])
         try Projector(connection: db).catchUp()
-        let markdown = ReportWriter(try Report.build(db, filters: StatsQuery())).markdown
+        let report = try Report.build(db, filters: StatsQuery())
+        // An experiment without a control variant is named in the notes (free text there too).
+        XCTAssertTrue(report.notes.contains("No variant is named 'control' (the baseline) in <u>k</u> (com.example.app): those variants are shown without a comparison."), "\(report.notes)")
+        let markdown = ReportWriter(report).markdown
         XCTAssertTrue(markdown.contains("| 5.0\\|&lt;b&gt;x&lt;/b&gt; 2 |"), markdown)
         XCTAssertTrue(markdown.contains("| &lt;i&gt;a\\|b&lt;/i&gt; |"), markdown)
-        XCTAssertFalse(markdown.contains("<b>") || markdown.contains("<i>"))
+        XCTAssertTrue(markdown.contains("- No variant is named 'control' (the baseline) in &lt;u&gt;k&lt;/u&gt; (com.example.app)"), markdown)
+        XCTAssertFalse(markdown.contains("<b>") || markdown.contains("<i>") || markdown.contains("<u>"))
         for row in markdown.split(separator: "\n") where row.hasPrefix("|") {
             XCTAssertTrue(row.hasSuffix("|"), String(row))
         }
