@@ -9,9 +9,11 @@ public struct ResultTable: Sendable {
         case number(Double)
         case null
 
-        /// For people: numbers to 4 decimals.
+        /// For people: numbers to 4 decimals, or in scientific notation when that would show a
+        /// number other than zero as 0.0000 (a p-value of 2.4e-07).
         public var plain: String {
             switch self {
+            case let .number(d) where d != 0 && abs(d) < 0.00005: return String(format: "%.1e", d)
             case let .number(d): return d.isFinite ? String(format: "%.4f", d) : ""
             default: return exact
             }

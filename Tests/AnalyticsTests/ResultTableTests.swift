@@ -21,6 +21,13 @@ final class ResultTableTests: XCTestCase {
             """)
     }
 
+    /// A p-value of 2.4e-07 is not 0.0000 in the terminal; CSV keeps every digit.
+    func testTinyNumbersAreNotShownAsZero() {
+        let cells: [ResultTable.Cell] = [.number(2.4e-7), .number(-3e-9), .number(0.00005), .number(0), .number(0.12345)]
+        XCTAssertEqual(cells.map(\.plain), ["2.4e-07", "-3.0e-09", "0.0001", "0.0000", "0.1235"])
+        XCTAssertEqual(cells[0].exact, "2.4e-07")
+    }
+
     func testAnEmptyFirstCellKeepsItsColumn() {
         let groups = ResultTable(title: "Picker", columns: ["permission", "flow", "attempts"],
                                  rows: [[.null, .text("avatar"), .integer(76)], [.text("ios.photos.addOnly"), .null, .integer(3)]])
