@@ -133,7 +133,8 @@ public enum Stats {
         var table = ResultTable(title: title, columns: dimensions + [armColumn, "attempts", "access_rate", "access_low", "access_high",
                                                                       "lift", "difference", "difference_low", "difference_high", "p_value",
                                                                       "too_small", "prompted", "denial_rate_at_dialog", "denial_at_dialog_low",
-                                                                      "denial_at_dialog_high", "acceptance_rate", "acceptance_low", "acceptance_high"])
+                                                                      "denial_at_dialog_high", "acceptance_rate", "acceptance_low", "acceptance_high",
+                                                                      "z"])
         let k = dimensions.count
         struct Arm { var group: [String?]; var name: String; var attempts, accepted, prompted, access, denied: Int }
         var arms: [Arm] = []
@@ -162,6 +163,7 @@ public enum Stats {
                 .text(access.isTooSmall ? "yes" : "no"), .integer(arm.prompted),
                 number(denial.rate), number(denialInterval?.low), number(denialInterval?.high),
                 number(acceptance.rate), number(acceptanceInterval?.low), number(acceptanceInterval?.high),
+                number(comparison?.z),
             ])
         }
         return table

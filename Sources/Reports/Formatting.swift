@@ -25,6 +25,11 @@ struct DisplayTable {
             } else if Self.isProportion(name) {
                 plan.append((Self.header(name), { row in row[index].double.map { Self.percent($0, signed: name == "lift") } ?? "–" }))
             } else if name == "p_value" {
+                // The z statistic beside its p-value (in the data it is the last column).
+                if let z = table.column("z") {
+                    consumed.insert("z")
+                    plan.append(("z", { row in row[z].double.map { String(format: "%.2f", $0) } ?? "–" }))
+                }
                 plan.append(("p-value", { row in
                     guard let p = row[index].double else { return "–" }
                     return p < 0.001 ? "< 0.001" : String(format: "%.3f", p)

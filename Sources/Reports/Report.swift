@@ -135,7 +135,7 @@ public struct Report: Sendable {
                 intro: "Permission attempts with (primed) and without (unprimed) the app's own explanation screen first. "
                     + "Access = granted or limited, over all attempts of the arm (intention-to-treat: declining the screen "
                     + "is no access). Each arm is compared with its baseline (unprimed, or the control variant): relative lift, "
-                    + "difference in percentage points (pp) with its unpooled 95% interval, and the pooled two-proportion z-test's two-sided p-value. "
+                    + "difference in percentage points (pp) with its unpooled 95% interval, and the pooled two-proportion z statistic with its two-sided p-value. "
                     + "Acceptance = accepted / primed attempts. Primed vs unprimed is observational; experiments are randomised.",
                 items: items))
         } else {

@@ -399,6 +399,7 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(priming.stdout.contains("\"arm\":\"primed\""), priming.stdout)
         XCTAssertTrue(priming.stdout.contains("\"variant\":\"treatment\""), priming.stdout)
         XCTAssertTrue(priming.stdout.contains("\"p_value\":"), priming.stdout)
+        XCTAssertTrue(priming.stdout.contains("\"z\":"), priming.stdout)  // the contract's pooled z, beside its p-value
         XCTAssertFalse(priming.stdout.contains("nan"))
         // One JSON document: an array of the two tables (arms, experiments).
         let document = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(priming.stdout.utf8)) as? [[String: Any]])
