@@ -134,9 +134,15 @@ public final class Collector: @unchecked Sendable {
                                   headers: [("Retry-After", "\(configuration.retryAfterSeconds)")])
             }
             return HTTPResponse(status: 200, contentType: "text/plain; charset=utf-8", text: "ready\n")
-        } catch {
+        } catch is DatabaseUnavailable {
             metrics.databaseError()
             return unavailable()
+        } catch {
+            // The database answers but refuses (e.g. a role without the writer's privileges).
+            metrics.databaseError()
+            configuration.log("collector: not ready: \(GroupCommitter.oneLine(error))")
+            return Self.error(503, "the database refuses the collector's queries: \(GroupCommitter.oneLine(error))",
+                              headers: [("Retry-After", "\(configuration.retryAfterSeconds)")])
         }
     }
 
@@ -189,10 +195,15 @@ public final class Collector: @unchecked Sendable {
         let app: String?
         do {
             app = try keys.app(for: key) { key in try pool.withConnection(wait: 1) { try APIKeys.verify(key, on: $0) } }
-        } catch {
+        } catch let error as DatabaseUnavailable {
             metrics.databaseError()
-            if error is DatabaseUnavailable { committer.databaseState(down: true, error) }
+            committer.databaseState(down: true, error)
             return respond(unavailable())
+        } catch {
+            // The database answers but refuses the key check (e.g. a role without the writer's privileges).
+            metrics.databaseError()
+            configuration.log("collector: API key check failed: \(GroupCommitter.oneLine(error))")
+            return respond(Self.error(500, "internal error; the events were not stored"))
         }
         guard let app else {
             return respond(Self.error(401, "unknown or revoked API key", headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")]))

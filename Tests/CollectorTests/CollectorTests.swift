@@ -323,6 +323,23 @@ final class CollectorTests: XCTestCase {
         XCTAssertTrue(response.text.contains("migrate"), response.text)
     }
 
+    /// Started with a role that may not check keys (the analyst): not "unavailable" but refused,
+    /// with PostgreSQL's reason on /readyz, a 500 for requests, and a log line for each.
+    func testARoleWithoutTheWritersPrivilegesIsReportedAsSuch() throws {
+        let key = try createKey()
+        let lines = LockedLines()
+        let collector = try start(databaseURL: url + "&options=-c%20role%3Dpermaudit_analyst") { $0.log = { lines.append($0) } }
+        let client = try HTTPClient(port: collector.port)
+        let ready = try client.send("GET", "/readyz")
+        XCTAssertEqual(ready.status, 503)
+        XCTAssertTrue(ready.text.contains("the database refuses the collector's queries: PostgreSQL 42501"), ready.text)
+        let response = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
+        XCTAssertEqual(response.status, 500, response.text)
+        XCTAssertEqual(lines.all.filter { $0.hasPrefix("collector: not ready: PostgreSQL 42501") }.count, 1, "\(lines.all)")
+        XCTAssertEqual(lines.all.filter { $0.hasPrefix("collector: API key check failed: PostgreSQL 42501") }.count, 1, "\(lines.all)")
+        XCTAssertFalse(lines.all.contains { $0.contains("unavailable") }, "\(lines.all)")
+    }
+
     // MARK: Stalled clients
 
     /// A client that sends half a request and stalls is disconnected after the time-out, and it
@@ -418,4 +435,12 @@ final class LockedIDs: @unchecked Sendable {
     func add(_ more: [UUID]) { lock.lock(); ids += more; lock.unlock() }
     var all: [UUID] { lock.lock(); defer { lock.unlock() }; return ids }
     var count: Int { all.count }
+}
+
+/// Log lines collected from the collector's threads.
+final class LockedLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.lock(); lines.append(line); lock.unlock() }
+    var all: [String] { lock.lock(); defer { lock.unlock() }; return lines }
 }
