@@ -129,6 +129,10 @@ public struct EmbeddedCluster: Sendable {
             checkpoint_timeout = 15min
             logging_collector = off
             log_min_messages = warning
+            # No client data in the server log: PostgreSQL quotes the text it could not parse in an
+            # error's DETAIL and CONTEXT, and logs the text of a failing statement.
+            log_error_verbosity = terse
+            log_min_error_statement = panic
 
             """
         let conf = dataDirectory.appendingPathComponent("postgresql.conf")

@@ -85,11 +85,14 @@ final class AuditCommandTests: XCTestCase {
         let writer = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3Dpermaudit_writer", environment: ["PERMAUDIT_HOME": home.path])
         XCTAssertEqual(writer.status, 2, writer.stderr)
         XCTAssertTrue(writer.stderr.contains("permission denied"), writer.stderr)
-        // The projector reads the seals but may not record an access: the verdict stands.
-        let projector = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3Dpermaudit_projector", environment: ["PERMAUDIT_HOME": home.path])
-        XCTAssertEqual(projector.status, 1, projector.stderr)
-        XCTAssertTrue(projector.stdout.contains("FAIL seal 1: modified at position 3"), projector.stdout)
-        XCTAssertTrue(projector.stderr.contains("the verification is not recorded in audit.access_log"), projector.stderr)
+        // A role that reads the log and the seals but may not record an access: the verdict stands.
+        let reader = "seal_reader_" + UUID().uuidString.prefix(8).lowercased()
+        try db.execute("create role \(reader); grant usage on schema audit to \(reader); grant select on audit.events, audit.seals to \(reader)")
+        defer { try? db.execute("drop owned by \(reader); drop role \(reader)") }
+        let readOnly = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3D\(reader)", environment: ["PERMAUDIT_HOME": home.path])
+        XCTAssertEqual(readOnly.status, 1, readOnly.stderr)
+        XCTAssertTrue(readOnly.stdout.contains("FAIL seal 1: modified at position 3"), readOnly.stdout)
+        XCTAssertTrue(readOnly.stderr.contains("the verification is not recorded in audit.access_log"), readOnly.stderr)
     }
 
     /// Seals follow the committed order: an event whose position was taken before the last

@@ -48,7 +48,7 @@ final class RoleMatrixTests: XCTestCase {
             ("read the seals", "select count(*) from audit.seals", ["permaudit_projector", "permaudit_auditor"]),
             ("change a seal", "delete from audit.seals", []),
             ("read the access record", "select count(*) from audit.access_log", ["permaudit_auditor"]),
-            ("record an access", "select audit.record_access('test', '{}')", ["permaudit_auditor"]),
+            ("record an access", "select audit.record_access('test', '{}')", ["permaudit_projector", "permaudit_auditor"]),
             ("export an install", "select count(*) from audit.subject_events('com.example.app', 'matrix-1')", ["permaudit_auditor"]),
             ("erase an install", "select audit.erase_subject('com.example.app', 'nobody', 'test')", ["permaudit_auditor"]),
             ("rewrite the erasure record", "update audit.erasures set reason = 'x'", []),
@@ -77,13 +77,24 @@ final class RoleMatrixTests: XCTestCase {
         try db.execute("set session_replication_role = replica")
         for (sql, hint) in [("update audit.events set app = app", "audit.append_events"), ("delete from audit.events", "audit.append_events"),
                             ("truncate audit.events", "audit.append_events"), ("delete from audit.seals", "audit.add_seal"),
-                            ("delete from audit.erasures", "audit.erase_subject"), ("truncate audit.access_log", "audit.record_access")] {
+                            ("delete from audit.erasures", "audit.erase_subject"), ("truncate audit.access_log", "audit.record_access"),
+                            // The link table changes only by erasure (032).
+                            ("update audit.subject_streams set subject = subject || 'x'", "audit.erase_subject"),
+                            ("delete from audit.subject_streams", "audit.erase_subject"),
+                            ("truncate audit.subject_streams", "audit.erase_subject")] {
             XCTAssertThrowsError(try db.execute(sql), sql) { error in
                 XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010", sql)
                 XCTAssertTrue((error as? PostgresError)?.hint?.contains(hint) == true, sql)
             }
         }
         try db.execute("set session_replication_role = origin")
+        try db.execute("update audit.subject_streams set app = app")  // no change: the write path's row lock
+        XCTAssertEqual(try db.query("select audit.erase_subject('com.example.app', 'matrix-1', 'test') is not null").scalar(Bool.self), true)
+        // No sample of install ids in the planner's statistics (an erased one stayed there).
+        try db.execute("analyze audit.subject_streams")
+        XCTAssertEqual(try db.query("""
+            select count(*)::int from pg_stats where schemaname = 'audit' and tablename = 'subject_streams' and attname = 'subject'
+            """).scalar(Int.self), 0)
     }
 
     /// The access record names the role a caller took with SET ROLE, and the login.
@@ -100,5 +111,8 @@ final class RoleMatrixTests: XCTestCase {
         let rows = try db.query("select command, role_name, login_name from audit.access_log order by access_id").decode((String, String, String).self)
         XCTAssertEqual(rows.map { [$0.0, $0.1, $0.2] }, [["as the login", login, login], ["as the auditor", "permaudit_auditor", login],
                                                          ["audit.subject_events", "permaudit_auditor", login]])
+        // So does the server log's line of the access request (032).
+        let log = try String(contentsOf: try TestDatabase.cluster.logFile, encoding: .utf8)
+        XCTAssertTrue(log.contains("permaudit access request: audit.subject_events by permaudit_auditor, app com.example.app, 0 events"))
     }
 }

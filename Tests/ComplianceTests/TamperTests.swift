@@ -78,6 +78,34 @@ final class TamperTests: XCTestCase {
         XCTAssertTrue(kinds.contains(.badSignature), "\(kinds)")
     }
 
+    /// A sealing role cannot add a seal whose range is not the log's (032): one reaching past the
+    /// log's end swallowed every later event, and sealing stopped.
+    func testASealMustCoverTheLogsOwnEvents() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        let last = try XCTUnwrap(sealed.seals.last)
+        try TestDatabase.append([EventFixtures.event(subject: "after-the-seals")], to: sealed.db)
+        let next: (String, Int64) = try sealed.db.query("""
+            select transaction_id::text, position from audit.events order by transaction_id desc, position desc limit 1
+            """).decode((String, Int64).self)[0]
+        func forge(to: (String, Int64), count: Int64) throws {
+            try sealed.db.execute("begin; set local role permaudit_auditor")
+            defer { _ = try? sealed.db.execute("rollback") }
+            try sealed.db.query("""
+                select audit.add_seal($1, $2::xid8, $3, $4::xid8, $5, $6, sha256('root'), decode(repeat('00', 56 * $6::bigint::int), 'hex'), decode($7, 'hex'), now(),
+                                      repeat('a', 64), sha256('seal'), decode(repeat('00', 64), 'hex'))
+                """, [last.id + 1, String(last.through.transactionId), last.through.position, to.0, to.1, count, Hex.encode(last.sealHash)])
+        }
+        for (name, to, count) in [("past the log's end", ("999999", Int64(999_999)), Int64(1)), ("miscounted", next, 2), ("not an event", (next.0, next.1 + 1), 1)] {
+            XCTAssertThrowsError(try forge(to: to, count: count), name) { error in
+                XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA020", "\(name): \(error)")
+                XCTAssertTrue("\(error)".contains("seal range is not the log's"), "\(name): \(error)")
+            }
+        }
+        XCTAssertNoThrow(try forge(to: next, count: 1), "the log's own range, however signed, is the verifier's to judge")  // (rolled back)
+        XCTAssertEqual(try Sealer(key: sealed.key).seal(sealed.db).map(\.eventCount), [1])
+    }
+
     func testInclusionProofsCheckOfflineAndFailWhenTheEventChanged() throws {
         let sealed = try SealedDatabase(events: 150, perSeal: 100)
         defer { sealed.drop() }
