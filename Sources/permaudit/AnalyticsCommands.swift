@@ -163,11 +163,11 @@ enum StatsCommand: Command {
         without one, unless another event of the attempt names one). --from and --to bound the
         attempt day (YYYY-MM-DD, inclusive; --from after --to is an error). Intervals are 95%
         Wilson intervals; priming shows each arm against its baseline (unprimed, or the control
-        variant) with relative lift, the unpooled difference interval and the pooled z-test's
-        two-sided p-value; an experiment run in several apps is pooled across them unless grouped
-        or filtered by app (a note on stderr names it). Text from clients (app versions,
-        variants) is printed as it is stored, but in the table format control characters show
-        as \\u{1B}.
+        variant) with relative lift, the unpooled difference interval, and the pooled z statistic
+        with its two-sided p-value; an experiment run in several apps is pooled across them
+        unless grouped or filtered by app (a note on stderr names it). Text from clients (app
+        versions, variants) is printed as it is stored, but in the table format control
+        characters show as \\u{1B}.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
