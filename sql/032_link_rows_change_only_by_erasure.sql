@@ -11,9 +11,9 @@
 --    disabling the triggers (owner, superuser) gets past them.
 -- 2. The server log line of an access request names the role taken with SET ROLE, as 030 made
 --    the access record do (it named the login).
--- 3. audit.add_seal checks the range against the log: the seal ends at an event of the log,
---    below the oldest running transaction (no event can commit into it later), and counts the
---    events in its range. A sealing role could add a seal reaching past the log's end; every
+-- 3. A new seal's range must be the log's (a trigger on audit.seals; add_seal stays as 011
+--    wrote it): it ends at an event of the log, below the oldest running transaction (no event
+--    can commit into it later), and counts the events in its range. A sealing role could add a seal reaching past the log's end; every
 --    event appended later then fell inside it, and `audit seal` found nothing left to seal.
 -- 4. The projector may write the access record: `permaudit audit seal` run as the projector
 --    stored its seal and then failed on the record (42501), leaving the seal unrecorded.
@@ -103,40 +103,27 @@ begin
 end;
 $$;
 
--- 3. 011's add_seal with the range checked against the log.
-create or replace function audit.add_seal(
-    p_seal_id bigint, p_after_transaction_id xid8, p_after_position bigint,
-    p_to_transaction_id xid8, p_to_position bigint, p_event_count bigint, p_merkle_root bytea, p_leaves bytea,
-    p_previous_hash bytea, p_sealed_at timestamptz, p_key_fingerprint text, p_seal_hash bytea, p_signature bytea)
-returns void
+-- 3. A seal's range, checked as add_seal (011) inserts it, after its check of the chain.
+create function audit.check_seal_range() returns trigger
 language plpgsql
-security definer
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-    head record;
 begin
-    perform pg_advisory_xact_lock(hashtext('permaudit.seal'));
-    select s.seal_id, s.to_transaction_id, s.to_position, s.seal_hash into head
-      from audit.seals s order by s.seal_id desc limit 1;
-    if coalesce(head.seal_id, 0) + 1 <> p_seal_id
-       or (coalesce(head.to_transaction_id, '0'), coalesce(head.to_position, 0)) <> (p_after_transaction_id, p_after_position)
-       or coalesce(head.seal_hash, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea) <> p_previous_hash then
-        raise exception using errcode = 'PA020', message = 'seal does not continue the chain (another sealer ran first?)';
-    end if;
-    if p_to_transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
-       or not exists (select from audit.events e where e.transaction_id = p_to_transaction_id and e.position = p_to_position)
-       or p_event_count <> (select count(*) from audit.events e
-                             where (e.transaction_id, e.position) > (p_after_transaction_id, p_after_position)
-                               and (e.transaction_id, e.position) <= (p_to_transaction_id, p_to_position)) then
+    if new.to_transaction_id >= pg_snapshot_xmin(pg_current_snapshot())
+       or not exists (select from audit.events e where e.transaction_id = new.to_transaction_id and e.position = new.to_position)
+       or new.event_count <> (select count(*) from audit.events e
+                               where (e.transaction_id, e.position) > (new.after_transaction_id, new.after_position)
+                                 and (e.transaction_id, e.position) <= (new.to_transaction_id, new.to_position)) then
         raise exception using errcode = 'PA020',
             message = 'seal range is not the log''s: it must end at an event committed before the oldest running transaction and count the events it covers';
     end if;
-    insert into audit.seals values (p_seal_id, p_after_transaction_id, p_after_position, p_to_transaction_id, p_to_position,
-                                    p_event_count, p_merkle_root, p_leaves, p_previous_hash, p_sealed_at, p_key_fingerprint,
-                                    p_seal_hash, p_signature);
+    return new;
 end;
 $$;
+
+create trigger seals_cover_the_log before insert on audit.seals
+    for each row execute function audit.check_seal_range();
+alter table audit.seals enable always trigger seals_cover_the_log;
 
 -- 4.
 grant execute on function audit.record_access(text, jsonb) to permaudit_projector;
@@ -156,4 +143,5 @@ end;
 $$;
 
 alter function audit.guard_link_change() owner to permaudit_owner;
-revoke execute on function audit.guard_link_change() from public;
+alter function audit.check_seal_range() owner to permaudit_owner;
+revoke execute on function audit.guard_link_change(), audit.check_seal_range() from public;

@@ -140,8 +140,9 @@ public final class Collector: @unchecked Sendable {
         } catch {
             // The database answers but refuses (e.g. a role without the writer's privileges).
             metrics.databaseError()
-            configuration.log("collector: not ready: \(GroupCommitter.oneLine(error))")
-            return Self.error(503, "the database refuses the collector's queries: \(GroupCommitter.oneLine(error))",
+            let reason = GroupCommitter.oneLine(error)
+            configuration.log("collector: not ready: \(reason)")
+            return Self.error(503, "the database refuses the collector's queries: \(reason)",
                               headers: [("Retry-After", "\(configuration.retryAfterSeconds)")])
         }
     }
