@@ -107,6 +107,7 @@ final class GroupCommitter: @unchecked Sendable {
             all.merge(submission.rejected, uniquingKeysWith: +)
         }
         var isolate = false
+        var retries = 0
         while true {
             do {
                 let appended = try pool.withConnection { db in
@@ -135,6 +136,8 @@ final class GroupCommitter: @unchecked Sendable {
                 rejected[RejectedGroup(Array(group[slot.request].events[slot.event].utf8)), default: 0] += 1
             } catch let error as PostgresError where error.code.rawValue.hasPrefix("22") && !isolate {
                 isolate = true
+            } catch let error as PostgresError where error.isRetryableRollback && retries < 5 {
+                retries += 1  // a deadlock victim stored nothing: run the transaction again
             } catch {
                 metrics.databaseError()
                 if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(Self.oneLine(error))") }

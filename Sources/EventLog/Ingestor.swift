@@ -146,14 +146,22 @@ public final class Ingestor {
             try collect(previous)
         }
         guard let batch, !batch.isEmpty, !failed else { return }
-        try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + batch.map(\.text).joined(separator: ",") + "]"])
+        try send(batch)
         inFlight = batch
     }
 
-    private func collect(_ batch: [Pending]) throws {
+    private func send(_ batch: [Pending]) throws {
+        try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + batch.map(\.text).joined(separator: ",") + "]"])
+    }
+
+    private func collect(_ batch: [Pending], retries: Int = 0) throws {
         do {
             let results = try EventLog.results(try log.connection.receiveResult())
             count(results)
+        } catch let error as PostgresError where mode == .storeValid && error.isRetryableRollback && retries < 5 {
+            // The batch's own transaction was a deadlock victim and stored nothing: send it again.
+            try send(batch)
+            try collect(batch, retries: retries + 1)
         } catch let error as PostgresError {
             guard let refusal = AppendError(error), let index = refusal.index, index < batch.count else {
                 // A value the server cannot store (SQLSTATE class 22, e.g. a number out of range):
@@ -169,7 +177,7 @@ public final class Ingestor {
             var rest = batch
             rest.remove(at: index)
             if !rest.isEmpty {
-                try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + rest.map(\.text).joined(separator: ",") + "]"])
+                try send(rest)
                 try collect(rest)
             }
         }

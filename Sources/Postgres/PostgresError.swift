@@ -60,6 +60,10 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         code.rawValue.hasPrefix("40") || code.rawValue.hasPrefix("53") || code == .lockNotAvailable || code == .queryCanceled
     }
 
+    /// Whether PostgreSQL rolled the transaction back so that it can run again: a deadlock
+    /// victim (40P01) or a serialization failure (40001).
+    public var isRetryableRollback: Bool { code == .deadlockDetected || code == .serializationFailure }
+
     init(result: OpaquePointer, fallback: String) {
         func field(_ key: Int32) -> String? {
             guard let value = PQresultErrorField(result, key) else { return nil }

@@ -126,11 +126,12 @@ enum ProjectionOracle {
     ]
 
     /// Events per day and the late ones (an event of the same install that occurred later is
-    /// earlier in the log), counted over the whole log at once.
+    /// earlier in the log's reading order, transaction id then position), counted over the whole
+    /// log at once.
     static let eventsDaily = """
         select (occurred_at at time zone 'UTC')::date as day, app, platform, count(*) as events,
                count(*) filter (where occurred_at < max_before) as late_events
-          from (select e.*, max(occurred_at) over (partition by stream_key order by position
+          from (select e.*, max(occurred_at) over (partition by stream_key order by transaction_id, position
                                                    rows between unbounded preceding and 1 preceding) as max_before
                   from audit.events e) as x
          group by 1, 2, 3

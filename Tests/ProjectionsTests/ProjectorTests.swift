@@ -126,6 +126,52 @@ final class ProjectorTests: XCTestCase {
         }
     }
 
+    /// Late events are judged in the log's reading order (transaction id, then position), by
+    /// incremental batches and by a rebuild alike. Staged: transaction L takes its id, waits for
+    /// install a's lock, and stores s@09:00 after a younger transaction Q stored s@10:00; an open
+    /// transaction M between them makes the projector read L's events in one batch and Q's in the
+    /// next. By position s@09:00 would be late; in reading order it is not.
+    func testLateEventsFollowTheReadingOrderInBatchesAndInARebuild() throws {
+        let db = try Connection(url: url)
+        let log = EventLog(connection: db)
+        let projector = Projector(connection: try Connection(url: url))
+        projector.buildsEmptyProjectionInOnePass = false
+        try log.append([EventFixtures.event(subject: "a", occurredAt: "2026-11-01T00:00:00Z"),
+                        EventFixtures.event(subject: "s", occurredAt: "2026-11-01T00:00:00Z")])
+        _ = try projector.catchUp()
+        let z = try Connection(url: url)
+        try z.execute("BEGIN")
+        try EventLog(connection: z).append([EventFixtures.event(subject: "a", occurredAt: "2026-11-12T08:00:00Z")])
+        let l = Concurrently.run(on: url) { connection in
+            try EventLog(connection: connection).append([EventFixtures.event(subject: "n", occurredAt: "2026-11-12T08:00:00Z"),
+                                                          EventFixtures.event(subject: "a", occurredAt: "2026-11-12T08:00:00Z"),
+                                                          EventFixtures.event(subject: "s", occurredAt: "2026-11-12T09:00:00Z")])
+        }
+        try Concurrently.waitForALockWait(db)
+        let m = try Connection(url: url)
+        try m.execute("BEGIN")
+        _ = try m.query("select pg_current_xact_id()")
+        try log.append([EventFixtures.event(subject: "s", occurredAt: "2026-11-12T10:00:00Z")])  // Q
+        try z.execute("COMMIT")
+        _ = try l().get()
+        XCTAssertEqual(try db.query("""
+            select string_agg(to_char(occurred_at at time zone 'UTC', 'HH24:MI'), ' ' order by position)
+              from audit.events where occurred_at >= '2026-11-12T09:00:00Z'
+            """).scalar(String.self), "10:00 09:00", "Q's event took its position first")
+        XCTAssertEqual(try projector.catchUp().events, 4, "below M: Z's and L's events")
+        try m.execute("COMMIT")
+        XCTAssertEqual(try projector.catchUp().events, 1, "Q's event")
+        let lateEvents = "select coalesce(sum(late_events), 0)::int from analytics.events_daily"
+        XCTAssertEqual(try db.query(lateEvents).scalar(Int.self), 0)
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+        let incremental = try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db)
+        for onePass in [true, false] {
+            projector.buildsEmptyProjectionInOnePass = onePass
+            _ = try projector.rebuild()
+            XCTAssertEqual(try TestDatabase.analyticsSnapshot(db) + Self.stateRows(db), incremental, "rebuild, one pass: \(onePass)")
+        }
+    }
+
     func testALateEarlierEventMovesTheAttempt() throws {
         let db = try Connection(url: url)
         let projector = Projector(connection: try Connection(url: url))

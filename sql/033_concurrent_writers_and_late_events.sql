@@ -1,0 +1,260 @@
+-- 033: findings of a concurrency review of the write path and the projector, with real
+-- concurrent transactions.
+--
+-- 1. Late events are judged in the log's reading order. The projector reads in (transaction id,
+--    position) order, batch by batch, and an install's clock (the latest occurredAt read so far)
+--    carries over between batches; the one-pass build of a rebuild ordered each install by
+--    position alone. The two orders differ when a transaction takes its id, waits for another
+--    install's lock, and stores its event after a younger transaction's: incremental batches and
+--    a rebuild then counted different late_events. Both now order by (transaction id, position).
+--    The two functions (projection.apply_batch, and projection.stage_install_tables of the
+--    build) are long and change in one window clause each: this migration replaces that clause
+--    in their stored definitions, and fails if it is not found exactly once.
+-- 2. audit.append_events: an install erased while a batch of several events waited for its lock
+--    has no link row left, so step 2 locked nothing for it and step 4 dropped its events, which
+--    came back as a false PA002 (and were not stored). Such an install now starts a new stream,
+--    as the one-event path already did.
+-- 3. audit.append_events: a retry racing its own first attempt with the same expected_version
+--    waited for the stream lock, found the stream moved on (by the first attempt) and got PA003.
+--    When every event of the call is stored meanwhile, the answer is now duplicate.
+
+-- 1.
+do $$
+declare
+    patch record;
+    definition text;
+begin
+    for patch in
+        select * from (values
+            ('projection.apply_batch(integer)'::regprocedure,
+             'over (partition by b.stream_key order by b.position',
+             'over (partition by b.stream_key order by b.transaction_id, b.position'),
+            ('projection.stage_install_tables(xid8)'::regprocedure,
+             'over (partition by e.stream_key order by e.position',
+             'over (partition by e.stream_key order by e.transaction_id, e.position')
+        ) as p(fn, old_text, new_text)
+    loop
+        definition := pg_get_functiondef(patch.fn);
+        if (char_length(definition) - char_length(replace(definition, patch.old_text, ''))) / char_length(patch.old_text) <> 1 then
+            raise exception '033: % does not contain "%" exactly once', patch.fn, patch.old_text;
+        end if;
+        execute replace(definition, patch.old_text, patch.new_text);
+    end loop;
+end;
+$$;
+
+-- 2 and 3: 015's function with the two changes (marked by their comments).
+create or replace function audit.append_events(events jsonb, expected_version bigint default null)
+returns table (event_id uuid, "position" bigint, status text)
+language plpgsql
+security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    problem      record;
+    apps         text[];
+    subjects     text[];
+    version      bigint;
+    ids          uuid[];
+    positions    bigint[];
+    statuses     text[];
+    conflict_idx integer;
+    e            jsonb;
+    problem_text text;
+    key          bigint;
+    pos          bigint;
+    stored       boolean;
+    locked       bigint;
+begin
+    if events is null or jsonb_typeof(events) <> 'array' then
+        raise exception using errcode = 'PA001', message = 'events: must be a JSON array of events';
+    end if;
+
+    -- One event (permaudit append, most library calls): the same steps in fewer statements. With
+    -- a single stream to lock there is no lock order to keep.
+    if jsonb_array_length(events) = 1 then
+        e := events->0;
+        if not audit.event_is_valid(e) then
+            problem_text := audit.event_problem(e);
+            if problem_text is not null then
+                raise exception using errcode = 'PA001', message = 'events[0].' || problem_text, detail = 'index=0';
+            end if;
+        end if;
+        stored := audit.stored_copy(e);
+        if stored is null then
+            select s.stream_key into key
+              from audit.subject_streams s where s.app = e->>'app' and s.subject = e->>'subject'
+               for no key update;
+            if key is null then
+                insert into audit.subject_streams as s (app, subject) values (e->>'app', e->>'subject')
+                on conflict (app, subject) do update set app = s.app  -- created meanwhile: lock it
+                returning s.stream_key into key;
+            end if;
+            -- Under the lock (a new snapshot): the stream's last version, -1 for a new stream.
+            select coalesce(max(l.stream_version), -1) into version from audit.events l where l.stream_key = key;
+            -- A stream that moved on may have moved on by this very event (a retry racing its first
+            -- attempt): that is a duplicate, not a wrong version.
+            if expected_version is not null and version <> expected_version and audit.stored_copy(e) is null then
+                raise exception using errcode = 'PA003',
+                    message = format('wrong expected version: expected %s, the stream is at %s', expected_version, version);
+            end if;
+            insert into audit.events as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
+                                           os_major, app_version, attempt, permission, flow, payload)
+            select (e->>'eventId')::uuid, key, version + 1, e->>'type', (e->>'occurredAt')::timestamptz, e->>'app',
+                    e->>'platform', split_part(e->>'osVersion', '.', 1)::integer, e->>'appVersion',
+                    (e->>'attempt')::uuid, e->>'permission', e->>'flow', e - 'subject'
+             where expected_version is null or version = expected_version
+            on conflict on constraint events_event_id_key do nothing
+            returning l.position into pos;
+            if pos is not null then
+                perform pg_notify('permaudit_events', '');
+                return query select (e->>'eventId')::uuid, pos, 'appended'::text;
+                return;
+            end if;
+            -- A concurrent caller stored this id first: compare with what it stored.
+            stored := audit.stored_copy(e);
+        end if;
+        if not stored then
+            raise exception using errcode = 'PA002',
+                message = 'events[0].eventId: an event with this id was already stored with different content',
+                detail = 'index=0';
+        end if;
+        insert into audit.intake_anomalies (day, app, platform, duplicates)
+        values (((e->>'occurredAt')::timestamptz at time zone 'UTC')::date, e->>'app', e->>'platform', 1);
+        return query select (e->>'eventId')::uuid, null::bigint, 'duplicate'::text;
+        return;
+    end if;
+
+    -- 1. Every event follows the contract, or nothing is stored. The rule walk names the first
+    --    rule broken; it runs only for the events that the one-expression check does not clear.
+    select v.idx, v.problem into problem
+      from (select i - 1 as idx,
+                   case when not audit.event_is_valid(x.e) then audit.event_problem(x.e) end as problem
+              from jsonb_array_elements(events) with ordinality as x(e, i)) as v
+     where v.problem is not null
+     order by v.idx
+     limit 1;
+    if found then
+        raise exception using errcode = 'PA001',
+            message = format('events[%s].%s', problem.idx, problem.problem),
+            detail = format('index=%s', problem.idx);
+    end if;
+
+    -- 2. The streams of the events not yet in the log, in (app, subject) order: created where
+    --    new, then locked. A concurrent caller with an overlapping batch waits here, per stream.
+    select array_agg(w.app order by w.app, w.subject), array_agg(w.subject order by w.app, w.subject)
+      into apps, subjects
+      from (select distinct x.e->>'app' as app, x.e->>'subject' as subject
+              from jsonb_array_elements(events) as x(e)
+             where (select l.position from audit.events l where l.event_id = (x.e->>'eventId')::uuid) is null) as w;
+
+    insert into audit.subject_streams (app, subject)
+    select w.app, w.subject from unnest(apps, subjects) with ordinality as w(app, subject, n) order by w.n
+    on conflict (app, subject) do nothing;
+
+    select count(*) into locked
+      from unnest(apps, subjects) with ordinality as w(app, subject, n)
+      join lateral (select from audit.subject_streams l
+                     where l.app = w.app and l.subject = w.subject
+                       for no key update) as s on true;
+
+    -- An install erased while this call waited for its lock has no link left: it starts a new
+    -- stream, as in the one-event path. Create what is missing and lock all, in the same order.
+    if locked < cardinality(apps) then
+        for i in 1 .. cardinality(apps) loop
+            insert into audit.subject_streams as s (app, subject) values (apps[i], subjects[i])
+            on conflict (app, subject) do update set app = s.app;  -- exists: lock it (no change)
+        end loop;
+    end if;
+
+    -- 3. Optimistic concurrency, for a batch of one stream.
+    if expected_version is not null then
+        if (select count(distinct (x.e->>'app', x.e->>'subject')) from jsonb_array_elements(events) as x(e)) > 1 then
+            raise exception using errcode = 'PA001',
+                message = 'expected_version: applies only to a batch of one stream (app, subject)';
+        end if;
+        -- Under the lock (a new snapshot): the stream's last version, -1 for a new stream.
+        select coalesce(max(l.stream_version), -1) into version
+          from audit.subject_streams s
+          join audit.events l on l.stream_key = s.stream_key
+         where s.app = apps[1] and s.subject = subjects[1];
+        -- A stream that moved on by this very batch (a retry racing its first attempt, which
+        -- stored it while this call waited for the lock) is not a wrong version: step 4 finds
+        -- every event stored and answers duplicate.
+        if cardinality(apps) = 1 and version <> expected_version
+           and exists (select from jsonb_array_elements(events) as x(e) where audit.stored_copy(x.e) is null) then
+            raise exception using errcode = 'PA003',
+                message = format('wrong expected version: expected %s, the stream is at %s',
+                                 expected_version, version);
+        end if;
+    end if;
+    -- 4. Under the locks (a new snapshot), append what is new; check that repeats are identical.
+    with batch as (
+        select (i - 1)::integer as idx, x.e, (x.e->>'eventId')::uuid as id,
+               x.e->>'app' as app, x.e->>'subject' as subject
+          from jsonb_array_elements(events) with ordinality as x(e, i)
+    ), firsts as (
+        select distinct on (b.id) b.*
+          from batch b
+         order by b.id, b.idx
+    ), fresh as (
+        select f.*
+          from firsts f
+         where (select l.position from audit.events l where l.event_id = f.id) is null
+    ), numbered as (
+        -- The streams locked in step 2, read by their unique key; each continues after the
+        -- last version in the log (read in this statement's snapshot, taken under the locks).
+        select f.*, s.stream_key,
+               coalesce(v.last_version, -1) + row_number() over (partition by s.stream_key order by f.idx) as version
+          from fresh f
+          join audit.subject_streams s on s.app = f.app and s.subject = f.subject
+          left join lateral (select max(l.stream_version) as last_version
+                               from audit.events l where l.stream_key = s.stream_key) as v on true
+    ), inserted as (
+        insert into audit.events as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
+                                       os_major, app_version, attempt, permission, flow, payload)
+        select n.id, n.stream_key, n.version, n.e->>'type', (n.e->>'occurredAt')::timestamptz, n.app,
+               n.e->>'platform', split_part(n.e->>'osVersion', '.', 1)::integer, n.e->>'appVersion',
+               (n.e->>'attempt')::uuid, n.e->>'permission', n.e->>'flow', n.e - 'subject'
+          from numbered n
+         order by n.idx
+        on conflict on constraint events_event_id_key do nothing
+        returning l.event_id, l.position, l.stream_key, l.stream_version
+    ), results as (
+        select b.idx, b.id, b.e, i.position,
+               case
+                   when i.position is not null then 'appended'
+                   when b.idx <> f.idx then case when b.e = f.e then 'duplicate' else 'conflict' end
+                   when audit.stored_copy(b.e) then 'duplicate'
+                   else 'conflict'  -- different content, or a concurrent caller stored it for another install
+               end as status
+          from batch b
+          join firsts f on f.id = b.id
+          left join inserted i on i.event_id = b.id and b.idx = f.idx
+    ), recorded as (
+        insert into audit.intake_anomalies (day, app, platform, duplicates)
+        select ((r.e->>'occurredAt')::timestamptz at time zone 'UTC')::date, r.e->>'app', r.e->>'platform', count(*)
+          from results r
+         where r.status = 'duplicate'
+         group by 1, 2, 3
+    )
+    select array_agg(r.id order by r.idx), array_agg(r.position order by r.idx),
+           array_agg(r.status order by r.idx), min(r.idx) filter (where r.status = 'conflict')
+      into ids, positions, statuses, conflict_idx
+      from results r;
+
+    if conflict_idx is not null then
+        raise exception using errcode = 'PA002',
+            message = format('events[%s].eventId: an event with this id was already stored with different content',
+                             conflict_idx),
+            detail = format('index=%s', conflict_idx);
+    end if;
+
+    if 'appended' = any (statuses) then
+        perform pg_notify('permaudit_events', '');
+    end if;
+
+    return query select * from unnest(ids, positions, statuses);
+end;
+$$;
+
