@@ -5,8 +5,18 @@ import Postgres
 /// Streams NDJSON inputs into the log through the write path, in bounded memory.
 ///
 /// Every line is validated here first (so errors name the line); valid lines are sent in
-/// batches to `audit.append_events`, which checks them again. While the server appends one batch
-/// the next one is read and validated (libpq's asynchronous send).
+/// batches to `audit.append_events`, which checks them again.
+///
+/// All or nothing, the inputs are one transaction, which keeps every install's lock until it
+/// commits. Sent in input order, its batches would lock installs out of order across calls and
+/// could deadlock with any other writer. So the valid lines are first copied into a temporary
+/// table (no lock taken: an invalid line ends the ingest before it has locked anything), then
+/// appended in batches in (app, install, input order) order: the order in which every call of
+/// the write path locks, so the whole transaction locks in one global order. Each install's
+/// events keep their input order.
+///
+/// Storing the valid lines, each batch is its own transaction and is sent in input order; while
+/// the server appends one batch the next one is read and validated (libpq's asynchronous send).
 public final class Ingestor {
     public enum Mode: Sendable {
         /// Nothing from the inputs is stored if any line is invalid (one transaction).
@@ -55,6 +65,9 @@ public final class Ingestor {
     private struct Pending {
         var input: String
         var line: Int
+        /// The install, as the write path orders its locks (all or nothing sorts by it).
+        var app: String
+        var subject: String
         var text: String
     }
 
@@ -74,10 +87,20 @@ public final class Ingestor {
         // every row visibility check in the transaction consults pg_subtrans, measured 2.5x slower).
         if mode == .allOrNothing { try db.execute("BEGIN") }
         do {
-            for input in inputs {
-                try ingest(input: input)
+            if mode == .allOrNothing {
+                try stageAndAppend(inputs)
+            } else {
+                for (index, input) in inputs.enumerated() {
+                    try ingest(input: input, index: index) { pending, batch in
+                        batch.append(pending)
+                        if batch.count >= self.batchSize {
+                            try self.flush(batch)
+                            batch.removeAll(keepingCapacity: true)
+                        }
+                    }
+                }
+                try flush(nil)
             }
-            try flush(nil)
             if mode == .allOrNothing && summary.rejected > 0 {
                 try db.execute("ROLLBACK")
                 summary.appended = 0
@@ -99,38 +122,94 @@ public final class Ingestor {
         return summary
     }
 
-    private func ingest(input: String) throws {
+    /// Reads, validates and hands each valid line of one input to `accept` (with the current
+    /// batch of store-valid mode); rejects the others. Lines are validated in blocks, on every
+    /// core: all or nothing, the server has little to do while the lines are read.
+    private func ingest(input: String, index: Int, _ accept: (Pending, inout [Pending]) throws -> Void) throws {
         let reader = try LineReader(path: input)
-        let validator = EventValidator()
         var batch: [Pending] = []
-        batch.reserveCapacity(batchSize)
-        while let (number, bytes) = try reader.next() {
-            if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
-            summary.lines += 1
-            if bytes.count > LineReader.maxLineBytes {
-                try reject(input, number, "event: " + EventValidator.longLineRule, bytes)
-                continue
+        batch.reserveCapacity(mode == .storeValid ? batchSize : 0)
+        var block = LineBlock()
+        var atEnd = false
+        while !atEnd {
+            block.removeAll()
+            while !block.isFull {
+                guard let (number, bytes) = try reader.next() else { atEnd = true; break }
+                if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
+                block.append(number, bytes)
             }
-            let text: String
-            switch validate(bytes, validator) {
-            case let .success(valid): text = valid
-            case let .failure(problem):
-                try reject(input, number, problem.description, bytes)
-                continue
+            for (number, bytes, result) in block.validated() {
+                summary.lines += 1
+                let event: ValidatedEvent
+                switch result {
+                case let .success(valid): event = valid
+                case let .failure(problem):
+                    try reject(input, number, problem.description, bytes)
+                    continue
+                }
+                if failed { continue }  // all-or-nothing and already failing: only report errors
+                try accept(Pending(input: input, line: number, app: event.app, subject: event.subject,
+                                   text: String(decoding: bytes, as: UTF8.self)), &batch)
+                if summary.lines % 50_000 == 0 { onProgress(summary) }
             }
-            if failed { continue }  // all-or-nothing and already failing: only report errors
-            batch.append(Pending(input: input, line: number, text: text))
-            if batch.count >= batchSize {
-                try flush(batch)
-                batch.removeAll(keepingCapacity: true)
-            }
-            if summary.lines % 50_000 == 0 { onProgress(summary) }
         }
         if !batch.isEmpty { try flush(batch) }
     }
 
-    private func validate(_ bytes: [UInt8], _ validator: EventValidator) -> Result<String, EventProblem> {
-        validator.validate(bytes: bytes).map { _ in String(decoding: bytes, as: UTF8.self) }
+    /// All or nothing: copies the valid lines into a temporary table, then appends them in the
+    /// write path's lock order (see the type's documentation).
+    private func stageAndAppend(_ inputs: [String]) throws {
+        let db = log.connection
+        try db.execute("""
+            create temporary table permaudit_ingest (input integer, line bigint, app text, subject text, event text)
+                on commit drop
+            """)
+        try db.copyIn("copy permaudit_ingest (input, line, app, subject, event) from stdin") { writer in
+            for (index, input) in inputs.enumerated() {
+                try ingest(input: input, index: index) { pending, _ in
+                    try writer.write("\(index)\t\(pending.line)\t")
+                    try writer.writeTextField(pending.app)
+                    try writer.write("\t")
+                    try writer.writeTextField(pending.subject)
+                    try writer.write("\t")
+                    try writer.writeTextField(pending.text)
+                    try writer.write("\n")
+                }
+            }
+        }
+        guard !failed else { return }
+        let staged = try db.query("""
+            create temporary table permaudit_ingest_sorted on commit drop as
+            select row_number() over (order by app, subject, input, line) as k, input, line, event
+              from permaudit_ingest
+            """).affectedRows
+        try db.execute("drop table permaudit_ingest; alter table permaudit_ingest_sorted add primary key (k)")
+        var done = 0
+        while done < staged && !failed {
+            let upTo = min(done + batchSize, staged)
+            // Where each event of the batch came from, read before the call: a refused call ends
+            // the transaction, and with it the table.
+            let origins = try db.preparedQuery("""
+                select input, line from permaudit_ingest_sorted where k > $1 and k <= $2 order by k
+                """, [done, upTo]).decode((Int, Int).self)
+            do {
+                count(try EventLog.results(try db.preparedQuery("""
+                    select event_id, position, status
+                      from audit.append_events((select ('[' || string_agg(event, ',' order by k) || ']')::jsonb
+                                                  from permaudit_ingest_sorted where k > $1 and k <= $2))
+                    """, [done, upTo])))
+            } catch let error as PostgresError {
+                let refusal = AppendError(error)
+                guard refusal != nil || error.code.rawValue.hasPrefix("22") else { throw error }
+                let (input, line) = origins[min(refusal?.index ?? 0, origins.count - 1)]
+                try reject(inputs[input], line, refusal?.reason
+                           ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(origins.count) events with this line",
+                           [])
+                return
+            }
+            done = upTo
+            if done % 50_000 < batchSize { onProgress(summary) }
+        }
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {
@@ -154,11 +233,12 @@ public final class Ingestor {
         try log.connection.sendQuery(EventLog.appendSQL + ")", ["[" + batch.map(\.text).joined(separator: ",") + "]"])
     }
 
+    /// Collects a store-valid batch's result; a refused event is rejected and the rest sent again.
     private func collect(_ batch: [Pending], retries: Int = 0) throws {
         do {
             let results = try EventLog.results(try log.connection.receiveResult())
             count(results)
-        } catch let error as PostgresError where mode == .storeValid && error.isRetryableRollback && retries < 5 {
+        } catch let error as PostgresError where error.isRetryableRollback && retries < 5 {
             // The batch's own transaction was a deadlock victim and stored nothing: send it again.
             try send(batch)
             try collect(batch, retries: retries + 1)
@@ -167,12 +247,11 @@ public final class Ingestor {
                 // A value the server cannot store (SQLSTATE class 22, e.g. a number out of range):
                 // find the event(s) one by one.
                 guard error.code.rawValue.hasPrefix("22") else { throw error }
-                try isolate(batch, cause: error)
+                try isolate(batch)
                 return
             }
             let culprit = batch[index]
             try reject(culprit.input, culprit.line, refusal.reason, Array(culprit.text.utf8))
-            guard mode == .storeValid else { return }
             // The refused call stored nothing: store the rest of the batch, one call at a time until clean.
             var rest = batch
             rest.remove(at: index)
@@ -184,12 +263,8 @@ public final class Ingestor {
     }
 
     /// Appends the events of a refused batch one at a time, each in its own transaction, rejecting
-    /// those the server refuses. In all-or-nothing mode the transaction is already lost: only report.
-    private func isolate(_ batch: [Pending], cause: PostgresError) throws {
-        guard mode == .storeValid else {
-            try reject(batch[0].input, batch[0].line, "event: refused by the database (SQLSTATE \(cause.code.rawValue)) in the batch starting at this line", [])
-            return
-        }
+    /// those the server refuses.
+    private func isolate(_ batch: [Pending]) throws {
         for pending in batch {
             do {
                 count(try log.append([pending.text]))
@@ -243,6 +318,54 @@ public struct RejectedGroup: Hashable, Sendable {
     /// Records `count` rejected events of this group in the caller's transaction.
     public func record(_ count: Int, on connection: Connection) throws {
         try connection.query("select audit.record_rejected($1::date, $2, $3, $4)", [day, app, platform, count])
+    }
+}
+
+/// Lines read and not yet validated: at most 1024 lines or 4 MiB (plus one line), so that memory
+/// stays bounded. `validated()` validates them on every core and returns them in order.
+struct LineBlock {
+    private var lines: [(number: Int, bytes: [UInt8])] = []
+    private var byteCount = 0
+
+    var isFull: Bool { lines.count >= 1024 || byteCount >= 4 << 20 }
+
+    mutating func append(_ number: Int, _ bytes: [UInt8]) {
+        lines.append((number, bytes))
+        byteCount += bytes.count
+    }
+
+    mutating func removeAll() {
+        lines.removeAll(keepingCapacity: true)
+        byteCount = 0
+    }
+
+    func validated() -> [(Int, [UInt8], Result<ValidatedEvent, EventProblem>)] {
+        let results = Results(count: lines.count)
+        let lines = self.lines
+        let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, lines.count / 64))
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let validator = EventValidator()
+            for i in stride(from: part, to: lines.count, by: parts) {
+                results.set(i, validator.validate(bytes: lines[i].bytes))
+            }
+        }
+        return lines.indices.map { (lines[$0].number, lines[$0].bytes, results.get($0)) }
+    }
+
+    /// One slot per line, in memory this object owns; each slot is written by one thread, and
+    /// read after all have finished.
+    private final class Results: @unchecked Sendable {
+        private let slots: UnsafeMutableBufferPointer<Result<ValidatedEvent, EventProblem>?>
+        init(count: Int) {
+            slots = .allocate(capacity: count)
+            slots.initialize(repeating: nil)
+        }
+        deinit {
+            slots.deinitialize()
+            slots.deallocate()
+        }
+        func set(_ index: Int, _ result: Result<ValidatedEvent, EventProblem>) { slots[index] = result }
+        func get(_ index: Int) -> Result<ValidatedEvent, EventProblem> { slots[index]! }
     }
 }
 

@@ -316,6 +316,35 @@ public final class CopyWriter {
 
     public func write(_ text: String) throws { try write(text.utf8) }
 
+    /// Writes `text` as one field of COPY's text format: backslash, tab, line feed and carriage
+    /// return escaped (the separators and line ends are the caller's).
+    public func writeTextField(_ text: String) throws {
+        guard isOpen else { throw PostgresError(code: .objectNotInPrerequisiteState, message: "the COPY has ended: a CopyWriter is valid inside copyIn's body only") }
+        var text = text
+        var out = buffer  // (a local copy: no exclusivity check per byte)
+        buffer = []
+        text.withUTF8 { field in
+            var run = 0
+            for i in 0..<field.count {
+                let escaped: UInt8
+                switch field[i] {
+                case 0x5C: escaped = 0x5C  // \ -> \\
+                case 0x09: escaped = 0x74  // tab -> \t
+                case 0x0A: escaped = 0x6E  // line feed -> \n
+                case 0x0D: escaped = 0x72  // carriage return -> \r
+                default: continue
+                }
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: field[run..<i]))
+                out.append(0x5C)
+                out.append(escaped)
+                run = i + 1
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: field[run...]))
+        }
+        buffer = out
+        if buffer.count >= threshold { try flush() }
+    }
+
     func flush() throws {
         guard !buffer.isEmpty else { return }
         let status = buffer.withUnsafeBufferPointer { pointer in

@@ -70,6 +70,13 @@ public final class Projector {
     /// Takes the single-projector lock (a session-level advisory lock). Throws
     /// `ProjectorError.busy` naming the process that holds it, unless `wait` is set.
     public func acquire(wait: Bool = false) throws {
+        // A projector killed during a batch leaves its server process running the batch, and
+        // holding this lock, until it finds the client gone: have it look every second
+        // (PostgreSQL 14 and later; older servers do not know the setting and look when they
+        // next write to the client).
+        if try connection.query("select current_setting('server_version_num')::int >= 140000").scalar(Bool.self) {
+            try connection.execute("set client_connection_check_interval = 1000")
+        }
         if wait {
             try connection.query("select pg_advisory_lock(hashtext($1))", [Self.lockKey])
             return

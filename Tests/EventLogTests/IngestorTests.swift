@@ -85,14 +85,65 @@ final class IngestorTests: XCTestCase {
     func testConflictWithStoredEventFailsAllOrNothing() throws {
         let id = UUID()
         try EventLog(connection: db).append([EventFixtures.event(id: id)])
-        var lines = (0..<20).map { _ in EventFixtures.event() }
-        lines[12] = EventFixtures.event(id: id, type: "permission.granted")
+        // Installs in reverse order of the lines: the batches are sent by install, and the
+        // refusal still names the line.
+        var lines = (0..<20).map { i in EventFixtures.event(subject: "inst-\(String(format: "%02d", 20 - i))") }
+        lines[12] = EventFixtures.event(id: id, type: "permission.granted", subject: "inst-08")
         let (ingestor, rejections) = try ingestor()
         let summary = try ingestor.ingest([try write(lines)])
         XCTAssertEqual(summary.rejected, 1)
         XCTAssertEqual(summary.appended, 0)
         XCTAssertEqual(rejections.items, ["13: eventId: an event with this id was already stored with different content"])
         XCTAssertEqual(try count(), 1)
+    }
+
+    /// All or nothing, the inputs are one transaction that keeps every install's lock: its
+    /// batches go by install, in the order in which every call of the write path locks, so it
+    /// cannot deadlock with another writer. Sent in line order (batches of one line: z-last,
+    /// then a-first), it would hold z-last while waiting for a-first, held by a transaction
+    /// that then waits for z-last.
+    func testAllOrNothingLocksInstallsInTheWritePathsOrder() throws {
+        try EventLog(connection: db).append([EventFixtures.event(subject: "a-first"), EventFixtures.event(subject: "z-last")])
+        let path = try write([EventFixtures.event(subject: "z-last"), EventFixtures.event(subject: "a-first")])
+        let holder = try Connection(url: url)
+        try holder.execute("BEGIN")
+        try EventLog(connection: holder).append([EventFixtures.event(subject: "a-first")])
+        let url = self.url
+        let ingest = Concurrently.run(on: url) { connection in
+            let ingestor = Ingestor(log: EventLog(connection: connection))
+            ingestor.batchSize = 1
+            return try ingestor.ingest([path])
+        }
+        try Concurrently.waitForALockWait(db)
+        try EventLog(connection: holder).append([EventFixtures.event(subject: "z-last")])
+        try holder.execute("COMMIT")
+        XCTAssertEqual(try ingest().get(), Ingestor.Summary(appended: 2, duplicates: 0, rejected: 0, lines: 2))
+        // Each install's events keep their input order.
+        XCTAssertEqual(try count(), 6)
+    }
+
+    /// The writer role, which reads no table, can ingest all or nothing (its temporary table).
+    func testTheWriterRoleIngests() throws {
+        let writer = Ingestor(log: EventLog(connection: try Connection(url: url + "&options=-c%20role%3Dpermaudit_writer")))
+        let path = try write((0..<5).map { i in EventFixtures.event(subject: "w-\(i % 2)") })
+        XCTAssertEqual(try writer.ingest([path]), Ingestor.Summary(appended: 5, duplicates: 0, rejected: 0, lines: 5))
+        XCTAssertEqual(try writer.ingest([path]), Ingestor.Summary(appended: 0, duplicates: 5, rejected: 0, lines: 5))
+    }
+
+    /// The valid lines pass through COPY's text format: backslashes, tabs and carriage returns
+    /// (JSON whitespace, and escapes in strings) arrive as they were.
+    func testLinesWithBackslashesAndTabsArriveIntact() throws {
+        let event = EventFixtures.event(overrides: ["attributes": "{\"note\":\"a\\\\b\\tc\\r\\n\",\t\"permanent\":true}"])
+            .replacingOccurrences(of: ",\"type\"", with: ",\t\r \"type\"")
+        for mode in [Ingestor.Mode.allOrNothing, .storeValid] {
+            let url = try TestDatabase.create()
+            defer { TestDatabase.drop(url) }
+            let ingestor = Ingestor(log: EventLog(connection: try Connection(url: url)))
+            ingestor.mode = mode
+            XCTAssertEqual(try ingestor.ingest([try write([event])]).appended, 1, "\(mode)")
+            let note = try Connection(url: url).query("select payload->'attributes'->>'note' from audit.events").scalar(String.self)
+            XCTAssertEqual(note, "a\\b\tc\r\n", "\(mode)")
+        }
     }
 
     func testRejectsModeStoresTheValidLines() throws {

@@ -211,6 +211,26 @@ final class ProjectorTests: XCTestCase {
         XCTAssertNoThrow(try second.acquire())
     }
 
+    /// A projector that dies during a batch (its connection closed while its server process is
+    /// busy) frees the lock within seconds: the server process looks for its client every second
+    /// instead of running the batch to its end.
+    func testALockHeldByADeadProjectorsBatchIsFreedSoon() throws {
+        var first: Projector? = Projector(connection: try Connection(url: url))
+        try first!.acquire()
+        try first!.connection.sendQuery("select pg_sleep(60)")  // a long batch
+        first = nil  // the connection closes as a killed process's would
+        let second = Projector(connection: try Connection(url: url))
+        let start = Date()
+        while true {
+            do {
+                try second.acquire()
+                break
+            } catch ProjectorError.busy where Date().timeIntervalSince(start) < 20 {
+                Thread.sleep(forTimeInterval: 0.2)
+            }
+        }  // (busy after 20 s fails the test: without the check it stays busy for the batch's 60 s)
+    }
+
     func testRebuildNeverExposesPartialNumbers() throws {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 9)
