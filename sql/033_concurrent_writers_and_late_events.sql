@@ -13,7 +13,9 @@
 -- 2. audit.append_events: an install erased while a batch of several events waited for its lock
 --    has no link row left, so step 2 locked nothing for it and step 4 dropped its events, which
 --    came back as a false PA002 (and were not stored). Such an install now starts a new stream,
---    as the one-event path already did.
+--    as the one-event path already did. The call holds later installs by then, so it waits for
+--    a writer that re-created the install only 100 ms, and then fails with 40001 (run it again)
+--    rather than deadlock with that writer.
 -- 3. audit.append_events: a retry racing its own first attempt with the same expected_version
 --    waited for the stream lock, found the stream moved on (by the first attempt) and got PA003.
 --    When every event of the call is stored meanwhile, the answer is now duplicate.
@@ -65,6 +67,7 @@ declare
     pos          bigint;
     stored       boolean;
     locked       bigint;
+    saved_lock_timeout text;
 begin
     if events is null or jsonb_typeof(events) <> 'array' then
         raise exception using errcode = 'PA001', message = 'events: must be a JSON array of events';
@@ -159,12 +162,24 @@ begin
                        for no key update) as s on true;
 
     -- An install erased while this call waited for its lock has no link left: it starts a new
-    -- stream, as in the one-event path. Create what is missing and lock all, in the same order.
+    -- stream, as in the one-event path. This call already holds the installs after it in the
+    -- lock order, so it must not wait for a writer that re-created the install meanwhile (that
+    -- writer may be waiting for one of them): it waits at most 100 ms, then gives up with a
+    -- serialization failure, which the caller runs again. (The block's subtransaction is paid
+    -- only here.)
     if locked < cardinality(apps) then
-        for i in 1 .. cardinality(apps) loop
-            insert into audit.subject_streams as s (app, subject) values (apps[i], subjects[i])
-            on conflict (app, subject) do update set app = s.app;  -- exists: lock it (no change)
-        end loop;
+        begin
+            saved_lock_timeout := current_setting('lock_timeout');
+            perform set_config('lock_timeout', '100ms', true);
+            for i in 1 .. cardinality(apps) loop
+                insert into audit.subject_streams as s (app, subject) values (apps[i], subjects[i])
+                on conflict (app, subject) do update set app = s.app;  -- exists: lock it (no change)
+            end loop;
+            perform set_config('lock_timeout', saved_lock_timeout, true);
+        exception when lock_not_available then
+            raise exception using errcode = '40001',
+                message = 'an install of this call was erased while the call waited, and another writer holds its new stream: run the call again';
+        end;
     end if;
 
     -- 3. Optimistic concurrency, for a batch of one stream.

@@ -138,6 +138,7 @@ final class GroupCommitter: @unchecked Sendable {
                 isolate = true
             } catch let error as PostgresError where error.isRetryableRollback && retries < 5 {
                 retries += 1  // a deadlock victim stored nothing: run the transaction again
+                PostgresError.pauseBeforeRetry(attempt: retries)
             } catch {
                 metrics.databaseError()
                 if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(Self.oneLine(error))") }

@@ -48,7 +48,7 @@ public final class EventLog {
                 return try EventLog.results(rows)
             } catch let error as PostgresError where ownTransaction && error.isRetryableRollback && attempt < retries {
                 attempt += 1
-                continue
+                PostgresError.pauseBeforeRetry(attempt: attempt)
             } catch let error as PostgresError {
                 throw AppendError(error) ?? error
             }

@@ -240,6 +240,7 @@ public final class Ingestor {
             count(results)
         } catch let error as PostgresError where error.isRetryableRollback && retries < 5 {
             // The batch's own transaction was a deadlock victim and stored nothing: send it again.
+            PostgresError.pauseBeforeRetry(attempt: retries + 1)
             try send(batch)
             try collect(batch, retries: retries + 1)
         } catch let error as PostgresError {

@@ -1,4 +1,5 @@
 import CLibPQ
+import Glibc
 
 /// An error reported by PostgreSQL or by libpq.
 ///
@@ -63,6 +64,12 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
     /// Whether PostgreSQL rolled the transaction back so that it can run again: a deadlock
     /// victim (40P01) or a serialization failure (40001).
     public var isRetryableRollback: Bool { code == .deadlockDetected || code == .serializationFailure }
+
+    /// Sleeps 5-20 ms times `attempt` (1, 2, ...; at most 5) before a rolled-back transaction runs
+    /// again: the two sides of a deadlock, run again at once, can meet again.
+    public static func pauseBeforeRetry(attempt: Int) {
+        usleep(UInt32.random(in: 5_000...20_000) * UInt32(min(max(attempt, 1), 5)))
+    }
 
     init(result: OpaquePointer, fallback: String) {
         func field(_ key: Int32) -> String? {

@@ -44,6 +44,50 @@ final class WriteRaceTests: XCTestCase {
         XCTAssertEqual(rows, [0], "a new stream for the erased install")
     }
 
+    /// A batch that finds an install erased holds the installs after it by then: it must not wait
+    /// for a writer that re-created the install (which may wait for one of those). Staged: H
+    /// holds x and G holds y; E erases x; A (one call) appends [x, y] and waits for x, then (x
+    /// erased) for y; B (a transaction of two calls) appends [x], re-creating x; G commits, A
+    /// locks y and finds x missing and held by B; B appends [y]. A gives up at once with a
+    /// serialization failure instead of a deadlock; through the library it runs again and
+    /// succeeds. B never fails.
+    func testABatchThatFindsAnInstallErasedDoesNotWaitOutOfOrder() throws {
+        for viaLibrary in [false, true] {
+            let app = "com.example.erased\(viaLibrary ? 1 : 0)"
+            let x = { EventFixtures.event(subject: "x", app: app) }, y = { EventFixtures.event(subject: "y", app: app) }
+            try EventLog(connection: db).append([x(), y()])
+            let h = try Connection(url: url), g = try Connection(url: url)
+            try h.execute("BEGIN")
+            try EventLog(connection: h).append([x()])
+            try g.execute("BEGIN")
+            try EventLog(connection: g).append([y()])
+            let erasure = Concurrently.run(on: url) { try $0.query("select audit.erase_subject($1, 'x', 'test')", [app]).scalar(Int64?.self) }
+            try Concurrently.waitForALockWait(db, backends: 1)
+            let batch = "[" + x() + "," + y() + "]"
+            let a = Concurrently.run(on: url) { connection -> [String] in
+                if viaLibrary { return try EventLog(connection: connection).append(jsonArray: batch).map(\.status.rawValue) }
+                return try connection.query("select status from audit.append_events($1::jsonb)", [batch]).column(as: String.self)
+            }
+            try Concurrently.waitForALockWait(db, backends: 2)
+            try h.execute("COMMIT")
+            XCTAssertNotNil(try erasure().get())  // A now waits for y (G)
+            let b = try Connection(url: url)
+            try b.execute("BEGIN")
+            XCTAssertEqual(try EventLog(connection: b).append([x()]).map(\.status), [.appended], "x re-created by B")
+            try g.execute("COMMIT")  // A locks y, then finds x held by B
+            XCTAssertEqual(try EventLog(connection: b).append([y()]).map(\.status), [.appended], "B never fails")
+            try b.execute("COMMIT")
+            switch a() {
+            case .success(let statuses):
+                XCTAssertTrue(viaLibrary, "without a retry the call fails")
+                XCTAssertEqual(statuses, ["appended", "appended"])
+            case .failure(let error):
+                XCTAssertFalse(viaLibrary, "the library runs the call again: \(error)")
+                XCTAssertEqual((error as? PostgresError)?.code, .serializationFailure, "\(error)")
+            }
+        }
+    }
+
     /// A retry that races its own first attempt with the same expected version: the first
     /// attempt stores the events while the retry waits for the stream lock. The retry's answer
     /// is duplicate, not "wrong expected version" (one event and a batch).
