@@ -2,7 +2,7 @@ import Foundation
 import Postgres
 
 /// Stages races between transactions in tests: a call on its own connection in the background,
-/// and a wait until some backend of the database waits for a lock.
+/// and a wait until backends of the database wait for locks.
 public enum Concurrently {
     /// Runs `body` on a new connection to `url` in the background; the returned function waits
     /// for its result.
