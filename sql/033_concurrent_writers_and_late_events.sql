@@ -95,27 +95,30 @@ begin
             end if;
             -- Under the lock (a new snapshot): the stream's last version, -1 for a new stream.
             select coalesce(max(l.stream_version), -1) into version from audit.events l where l.stream_key = key;
-            -- A stream that moved on may have moved on by this very event (a retry racing its first
-            -- attempt): that is a duplicate, not a wrong version.
-            if expected_version is not null and version <> expected_version and audit.stored_copy(e) is null then
-                raise exception using errcode = 'PA003',
-                    message = format('wrong expected version: expected %s, the stream is at %s', expected_version, version);
+            if expected_version is not null and version <> expected_version then
+                -- A stream that moved on may have moved on by this very event (a retry racing
+                -- its first attempt): that is a duplicate, not a wrong version.
+                stored := audit.stored_copy(e);
+                if stored is null then
+                    raise exception using errcode = 'PA003',
+                        message = format('wrong expected version: expected %s, the stream is at %s', expected_version, version);
+                end if;
+            else
+                insert into audit.events as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
+                                               os_major, app_version, attempt, permission, flow, payload)
+                values ((e->>'eventId')::uuid, key, version + 1, e->>'type', (e->>'occurredAt')::timestamptz, e->>'app',
+                        e->>'platform', split_part(e->>'osVersion', '.', 1)::integer, e->>'appVersion',
+                        (e->>'attempt')::uuid, e->>'permission', e->>'flow', e - 'subject')
+                on conflict on constraint events_event_id_key do nothing
+                returning l.position into pos;
+                if pos is not null then
+                    perform pg_notify('permaudit_events', '');
+                    return query select (e->>'eventId')::uuid, pos, 'appended'::text;
+                    return;
+                end if;
+                -- A concurrent caller stored this id first: compare with what it stored.
+                stored := audit.stored_copy(e);
             end if;
-            insert into audit.events as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
-                                           os_major, app_version, attempt, permission, flow, payload)
-            select (e->>'eventId')::uuid, key, version + 1, e->>'type', (e->>'occurredAt')::timestamptz, e->>'app',
-                    e->>'platform', split_part(e->>'osVersion', '.', 1)::integer, e->>'appVersion',
-                    (e->>'attempt')::uuid, e->>'permission', e->>'flow', e - 'subject'
-             where expected_version is null or version = expected_version
-            on conflict on constraint events_event_id_key do nothing
-            returning l.position into pos;
-            if pos is not null then
-                perform pg_notify('permaudit_events', '');
-                return query select (e->>'eventId')::uuid, pos, 'appended'::text;
-                return;
-            end if;
-            -- A concurrent caller stored this id first: compare with what it stored.
-            stored := audit.stored_copy(e);
         end if;
         if not stored then
             raise exception using errcode = 'PA002',

@@ -107,19 +107,21 @@ final class GroupCommitter: @unchecked Sendable {
             all.merge(submission.rejected, uniquingKeysWith: +)
         }
         var isolate = false
-        var retries = 0
         while true {
             do {
                 let appended = try pool.withConnection { db in
-                    try db.transaction {
-                        let events = live.map { group[$0.request].events[$0.event] }
-                        let stored = isolate ? try appendOneByOne(events, on: db) : try append(events, on: db)
-                        var groups = rejected
-                        for (event, result) in zip(events, stored) where result != .appended && result != .duplicate {
-                            groups[RejectedGroup(Array(event.utf8)), default: 0] += 1
+                    // A deadlock victim stored nothing: run the transaction again.
+                    try PostgresError.retryingRollbacks {
+                        try db.transaction {
+                            let events = live.map { group[$0.request].events[$0.event] }
+                            let stored = isolate ? try appendOneByOne(events, on: db) : try append(events, on: db)
+                            var groups = rejected
+                            for (event, result) in zip(events, stored) where result != .appended && result != .duplicate {
+                                groups[RejectedGroup(Array(event.utf8)), default: 0] += 1
+                            }
+                            for (key, count) in groups { try key.record(count, on: db) }
+                            return stored
                         }
-                        for (key, count) in groups { try key.record(count, on: db) }
-                        return stored
                     }
                 }
                 for (slot, result) in zip(live, appended) { results[slot.request][slot.event] = result }
@@ -136,9 +138,6 @@ final class GroupCommitter: @unchecked Sendable {
                 rejected[RejectedGroup(Array(group[slot.request].events[slot.event].utf8)), default: 0] += 1
             } catch let error as PostgresError where error.code.rawValue.hasPrefix("22") && !isolate {
                 isolate = true
-            } catch let error as PostgresError where error.isRetryableRollback && retries < 5 {
-                retries += 1  // a deadlock victim stored nothing: run the transaction again
-                PostgresError.pauseBeforeRetry(attempt: retries)
             } catch {
                 metrics.databaseError()
                 if error is DatabaseUnavailable { databaseState(down: true, error) } else { log("collector: append failed: \(Self.oneLine(error))") }

@@ -30,34 +30,23 @@ public final class EventLog {
     /// Appends a JSON array text of wire-format events.
     ///
     /// Outside a transaction the call is its own transaction: when PostgreSQL rolls it back as a
-    /// deadlock victim or for a serialization failure, it stored nothing and runs again (up to
-    /// `retries` times; an append is idempotent by event id). Inside the caller's transaction
-    /// the error is the caller's.
+    /// deadlock victim or for a serialization failure, it stored nothing and runs again
+    /// (`PostgresError.retryingRollbacks`; an append is idempotent by event id). Inside the
+    /// caller's transaction the error is the caller's.
     @discardableResult
     public func append(jsonArray: String, expectedVersion: Int64? = nil) throws -> [AppendResult] {
-        let ownTransaction = !connection.isInTransaction
-        var attempt = 0
-        while true {
-            do {
-                let rows: QueryResult
-                if let expectedVersion {
-                    rows = try connection.preparedQuery(EventLog.appendSQL + ", $2)", [jsonArray, expectedVersion])
-                } else {
-                    rows = try connection.preparedQuery(EventLog.appendSQL + ")", [jsonArray])
-                }
-                return try EventLog.results(rows)
-            } catch let error as PostgresError where ownTransaction && error.isRetryableRollback && attempt < retries {
-                attempt += 1
-                PostgresError.pauseBeforeRetry(attempt: attempt)
-            } catch let error as PostgresError {
-                throw AppendError(error) ?? error
+        func call() throws -> [AppendResult] {
+            if let expectedVersion {
+                return try EventLog.results(try connection.preparedQuery(EventLog.appendSQL + ", $2)", [jsonArray, expectedVersion]))
             }
+            return try EventLog.results(try connection.preparedQuery(EventLog.appendSQL + ")", [jsonArray]))
+        }
+        do {
+            return try connection.isInTransaction ? call() : PostgresError.retryingRollbacks(call)
+        } catch let error as PostgresError {
+            throw AppendError(error) ?? error
         }
     }
-
-    /// How many times a call outside a transaction runs again after a deadlock or a
-    /// serialization failure (see `append(jsonArray:expectedVersion:)`).
-    public var retries = 5
 
     static let appendSQL = "select event_id, position, status from audit.append_events($1::jsonb"
 

@@ -43,6 +43,10 @@ public final class Connection {
     /// The server's backend process id.
     public var backendPID: Int { Int(PQbackendPID(handle)) }
 
+    /// The server's version as PostgreSQL numbers it (`server_version_num`: 150018 for 15.18),
+    /// known since the connection started.
+    public var serverVersion: Int { Int(PQserverVersion(handle)) }
+
     // MARK: Queries
 
     /// Runs one statement with parameters `$1...$n`, sent separately from the SQL text.
@@ -309,17 +313,21 @@ public final class CopyWriter {
     }
 
     public func write(_ bytes: some Sequence<UInt8>) throws {
-        guard isOpen else { throw PostgresError(code: .objectNotInPrerequisiteState, message: "the COPY has ended: a CopyWriter is valid inside copyIn's body only") }
+        try checkOpen()
         buffer.append(contentsOf: bytes)
         if buffer.count >= threshold { try flush() }
     }
 
     public func write(_ text: String) throws { try write(text.utf8) }
 
+    private func checkOpen() throws {
+        guard isOpen else { throw PostgresError(code: .objectNotInPrerequisiteState, message: "the COPY has ended: a CopyWriter is valid inside copyIn's body only") }
+    }
+
     /// Writes `text` as one field of COPY's text format: backslash, tab, line feed and carriage
     /// return escaped (the separators and line ends are the caller's).
     public func writeTextField(_ text: String) throws {
-        guard isOpen else { throw PostgresError(code: .objectNotInPrerequisiteState, message: "the COPY has ended: a CopyWriter is valid inside copyIn's body only") }
+        try checkOpen()
         var text = text
         var out = buffer  // (a local copy: no exclusivity check per byte)
         buffer = []

@@ -65,6 +65,21 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
     /// victim (40P01) or a serialization failure (40001).
     public var isRetryableRollback: Bool { code == .deadlockDetected || code == .serializationFailure }
 
+    /// Runs `body`, a whole transaction, again when PostgreSQL rolls it back as a deadlock victim
+    /// or for a serialization failure (`isRetryableRollback`: it changed nothing), up to 5 more
+    /// times, after a pause (`pauseBeforeRetry`). Other errors, and the sixth rollback, are thrown.
+    public static func retryingRollbacks<T>(_ body: () throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try body()
+            } catch let error as PostgresError where error.isRetryableRollback && attempt < 5 {
+                attempt += 1
+                pauseBeforeRetry(attempt: attempt)
+            }
+        }
+    }
+
     /// Sleeps 5-20 ms times `attempt` (1, 2, ...; at most 5) before a rolled-back transaction runs
     /// again: the two sides of a deadlock, run again at once, can meet again.
     public static func pauseBeforeRetry(attempt: Int) {

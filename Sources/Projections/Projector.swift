@@ -74,7 +74,7 @@ public final class Projector {
         // holding this lock, until it finds the client gone: have it look every second
         // (PostgreSQL 14 and later; older servers do not know the setting and look when they
         // next write to the client).
-        if try connection.query("select current_setting('server_version_num')::int >= 140000").scalar(Bool.self) {
+        if connection.serverVersion >= 140000 {
             try connection.execute("set client_connection_check_interval = 1000")
         }
         if wait {
