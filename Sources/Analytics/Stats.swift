@@ -15,6 +15,16 @@ public struct StatsQuery: Sendable {
             default: return rawValue
             }
         }
+
+        /// The grouping as given, with `platform` put before `osMajor` where it is missing: iOS and
+        /// Android version numbers overlap (15, 16, ...), so an OS major alone would add unlike
+        /// versions together.
+        public static func platformBesideOSMajor(_ dimensions: [Dimension]) -> [Dimension] {
+            guard let index = dimensions.firstIndex(of: .osMajor), !dimensions.contains(.platform) else { return dimensions }
+            var completed = dimensions
+            completed.insert(.platform, at: index)
+            return completed
+        }
     }
 
     public var by: [Dimension] = []
@@ -125,6 +135,16 @@ public enum Stats {
               from analytics.experiment_arms_detail_daily where \(query.filter)
              group by experiment having count(distinct app) > 1 order by experiment
             """, query.parameters).decode((String, Int).self).map { (experiment: $0.0, apps: $0.1) }
+    }
+
+    /// Experiment keys in the selection without a variant named `control`: `priming` shows their
+    /// variants without a comparison.
+    public static func experimentsWithoutControl(_ db: Connection, _ query: StatsQuery) throws -> [String] {
+        try db.query("""
+            select experiment
+              from analytics.experiment_arms_detail_daily where \(query.filter)
+             group by experiment having not bool_or(variant = 'control') order by experiment
+            """, query.parameters).decode(String.self)
     }
 
     /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied at the dialog),

@@ -160,14 +160,18 @@ enum StatsCommand: Command {
         Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
         list of day, week, app, platform, osMajor, appVersion, permission, flow, for every statistic
         (a picker attempt involves no permission: with --by permission it falls in the group
-        without one, unless another event of the attempt names one). --from and --to bound the
+        without one, unless another event of the attempt names one). week is the ISO week,
+        shown as its Monday. osMajor always comes with platform (iOS and Android version
+        numbers overlap): --by osMajor groups by platform, osMajor. --from and --to bound the
         attempt day (YYYY-MM-DD, inclusive; --from after --to is an error). Intervals are 95%
         Wilson intervals; priming shows each arm against its baseline (unprimed, or the control
         variant) with relative lift, the unpooled difference interval, and the pooled z statistic
         with its two-sided p-value; an experiment run in several apps is pooled across them
-        unless grouped or filtered by app (a note on stderr names it). Text from clients (app
-        versions, variants) is printed as it is stored, but in the table format control
-        characters show as \\u{1B}.
+        unless grouped or filtered by app (a note on stderr names it), and an experiment without
+        a variant named control has no baseline (a note on stderr names it too). Text from
+        clients (app versions, variants) is printed as it is stored, but in the table format
+        control characters show as \\u{1B}. Numbers under 0.00005 in the table format are
+        shown in scientific notation (1.9e-06); csv and json keep every digit.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
@@ -191,6 +195,7 @@ enum StatsCommand: Command {
             if let repeated = query.by.first(where: { d in query.by.filter { $0 == d }.count > 1 }) {
                 throw UsageError(message: "'\(repeated.rawValue)' appears twice in --by", usage: usage)
             }
+            query.by = StatsQuery.Dimension.platformBesideOSMajor(query.by)
         }
         guard let format = ResultTable.Format(rawValue: arguments.value("--format") ?? "table") else {
             throw UsageError(message: "--format must be table, csv or json", usage: usage)
@@ -206,6 +211,9 @@ enum StatsCommand: Command {
         if which == "priming" {
             for pooled in try Stats.experimentsPooledAcrossApps(db, query) {
                 printError("Note: experiment \(ResultTable.visible(pooled.experiment)) runs in \(pooled.apps) apps; its arms are pooled across them (--by app compares them per app)")
+            }
+            for experiment in try Stats.experimentsWithoutControl(db, query) {
+                printError("Note: experiment \(ResultTable.visible(experiment)) has no variant named 'control'; its variants are shown without a comparison")
             }
         }
         return 0

@@ -418,12 +418,14 @@ final class ProjectCommandTests: XCTestCase {
             let all = try CLITests.run(["stats", which, "--by", "day,week,app,platform,osMajor,appVersion,permission,flow", "--format", "csv"], url: url)
             XCTAssertEqual(all.status, 0, "\(which): \(all.stderr)")
         }
+        // An OS major is always grouped with its platform: iOS 15 and Android 15 are not one group.
         let primingBy = try CLITests.run(["stats", "priming", "--by", "osMajor,flow", "--format", "csv"], url: url)
-        XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,arm,attempts"), primingBy.stdout)
-        XCTAssertTrue(primingBy.stdout.contains("osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
+        XCTAssertTrue(primingBy.stdout.hasPrefix("platform,osMajor,flow,arm,attempts"), primingBy.stdout)
         let blocks = primingBy.stdout.components(separatedBy: "\n\n")
         XCTAssertEqual(blocks.count, 2, primingBy.stdout)
-        XCTAssertTrue(blocks[1].hasPrefix("osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
+        XCTAssertTrue(blocks[1].hasPrefix("platform,osMajor,flow,experiment,variant,attempts"), primingBy.stdout)
+        let byOSMajor = try CLITests.run(["stats", "denial", "--by", "osMajor", "--format", "csv"], url: url)
+        XCTAssertEqual(byOSMajor.stdout, try CLITests.run(["stats", "denial", "--by", "platform,osMajor", "--format", "csv"], url: url).stdout)
         // Picker by permission: picker attempts form the group without one; the groups add up.
         let byPermission = try CLITests.run(["stats", "picker", "--by", "permission", "--format", "csv"], url: url)
         XCTAssertEqual(byPermission.status, 0, byPermission.stderr)
@@ -437,5 +439,16 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(reversed.stderr.contains("'--from' (2026-11-12) is after '--to' (2026-11-01)"), reversed.stderr)
         let empty = try CLITests.run(["stats", "denial", "--app", "no.such.app"], url: url)
         XCTAssertTrue(empty.stdout.contains("(no data for this selection)"), empty.stdout)
+
+        // An experiment without a control variant: its variants have no baseline, and a note says so.
+        let attempt = UUID()
+        try TestDatabase.append(["permission.prompted", "permission.granted"].map {
+            EventFixtures.event(type: $0, subject: "no-control", app: "com.example.nc", attempt: attempt,
+                                overrides: ["experiments": "{\"exp-nc\":\"A\"}", "attributes": "{}"])
+        }, to: db)
+        XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
+        let noControl = try CLITests.run(["stats", "priming", "--app", "com.example.nc", "--format", "csv"], url: url)
+        XCTAssertEqual(noControl.stderr, "Note: experiment exp-nc has no variant named 'control'; its variants are shown without a comparison\n")
+        XCTAssertTrue(noControl.stdout.contains("\nexp-nc,A,1,1.0,"), noControl.stdout)
     }
 }
