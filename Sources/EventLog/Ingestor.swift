@@ -197,8 +197,9 @@ public final class Ingestor {
                 guard refusal != nil || error.code.rawValue.hasPrefix("22") else { throw error }
                 // The staged rows outlive the transaction: name the refused event's line (or,
                 // for a value the server cannot store, the batch's first).
-                let origin = try db.query("select input, line from permaudit_ingest_sorted where k = $1",
-                                          [done + 1 + (refusal?.index ?? 0)]).decode((Int, Int).self)[0]
+                let k = done + 1 + (refusal?.index ?? 0)
+                let origin = try refusal?.kind == .conflict ? conflictingLine(k)
+                    : db.query("select input, line from permaudit_ingest_sorted where k = $1", [k]).decode((Int, Int).self)[0]
                 try reject(inputs[origin.0], origin.1, refusal?.reason
                            ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(upTo - done) events with this line",
                            [])
@@ -213,6 +214,30 @@ public final class Ingestor {
             if done % 50_000 < batchSize { onProgress(summary) }
         }
         try db.execute("COMMIT")
+    }
+
+    /// The line to blame for a conflict refused at staged row `k`, as when storing the valid
+    /// lines: the first copy of the event id in input order, if the log holds the id with other
+    /// content; else the first later copy that differs from it. (Rows are sent sorted by install,
+    /// so the copy the server refused may be the first one in the file.) The first copy is
+    /// tried through the write path, in a transaction that is rolled back.
+    private func conflictingLine(_ k: Int) throws -> (Int, Int) {
+        let db = log.connection
+        let copies = try db.query("""
+            select input, line, event, event::jsonb <> first_value(event::jsonb) over (order by input, line)
+              from permaudit_ingest_sorted
+             where (event::jsonb->>'eventId')::uuid = (select (event::jsonb->>'eventId')::uuid from permaudit_ingest_sorted where k = $1)
+             order by input, line
+            """, [k]).decode((Int, Int, String, Bool).self)
+        try db.execute("BEGIN")
+        defer { try? db.execute("ROLLBACK") }
+        do {
+            _ = try db.query(EventLog.appendSQL + ")", ["[" + copies[0].2 + "]"])
+        } catch let error as PostgresError where AppendError(error)?.kind == .conflict {
+            return (copies[0].0, copies[0].1)
+        }
+        let later = copies.first(where: \.3) ?? copies[0]
+        return (later.0, later.1)
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {

@@ -97,6 +97,30 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(try count(), 1)
     }
 
+    /// Two copies of one id in a file: the first copy counts, as when storing the valid lines,
+    /// though the rows are sent by install (here the second copy's install sorts first).
+    func testAConflictWithinTheInputNamesTheLaterCopy() throws {
+        let id = UUID(), stored = UUID()
+        let copies = [EventFixtures.event(id: id, subject: "z-first-copy"), EventFixtures.event(id: id, subject: "a-second-copy")]
+        let (ingestor, rejections) = try ingestor()
+        XCTAssertEqual(try ingestor.ingest([try write([EventFixtures.event()] + copies)]).rejected, 1)
+        XCTAssertEqual(rejections.items, ["3: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(try count(), 0)
+        // The log holds the id: a first copy equal to the stored event counts as a duplicate and
+        // the later copy is blamed; a first copy that differs is blamed itself.
+        let storedEvent = EventFixtures.event(id: stored, subject: "z-stored")
+        try EventLog(connection: db).append([storedEvent])
+        let same = [storedEvent, EventFixtures.event(id: stored, subject: "a-other")]
+        let (again, againRejections) = try self.ingestor()
+        _ = try again.ingest([try write(same)])
+        XCTAssertEqual(againRejections.items, ["2: eventId: an event with this id was already stored with different content"])
+        let differing = [EventFixtures.event(id: stored, subject: "z-other"), EventFixtures.event(id: stored, subject: "a-other")]
+        let (third, thirdRejections) = try self.ingestor()
+        _ = try third.ingest([try write(differing)])
+        XCTAssertEqual(thirdRejections.items, ["1: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(try count(), 1)
+    }
+
     /// All or nothing, the inputs are one transaction that keeps every install's lock: its
     /// batches go by install, in the order in which every call of the write path locks, so it
     /// cannot deadlock with another writer. Sent in line order (batches of one line: z-last,
