@@ -219,8 +219,9 @@ public final class Collector: @unchecked Sendable {
                                       extra: ",\"indices\":[\(foreign.map(String.init).joined(separator: ","))]"))
         }
 
-        // Validate here; the valid events go to the write path, which checks them again.
-        let validator = EventValidator()
+        // Validate here (the 24 h rule against the database's clock); the valid events go to the
+        // write path, which checks them again.
+        let validator = EventValidator(now: Date().addingTimeInterval(pool.clockOffset))
         var results: [EventResult?] = []
         var ids: [String?] = []
         var valid: [String] = []

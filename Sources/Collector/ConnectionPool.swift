@@ -19,6 +19,15 @@ final class ConnectionPool: @unchecked Sendable {
     private var idle: [Connection] = []
     private var open = 0
     private var downUntil: Date?
+    private var offset: TimeInterval = 0
+
+    /// Seconds the server's clock is ahead of this machine's, as read on the last connection
+    /// opened (0 before the first).
+    var clockOffset: TimeInterval {
+        condition.lock()
+        defer { condition.unlock() }
+        return offset
+    }
 
     init(url: String, size: Int, retryInterval: Double = 1) {
         self.url = url
@@ -87,8 +96,10 @@ final class ConnectionPool: @unchecked Sendable {
         condition.unlock()
         do {
             let connection = try Connection(url: url)
+            let clockOffset = try connection.clockOffset()
             condition.lock()
             downUntil = nil
+            offset = clockOffset
             condition.unlock()
             return connection
         } catch {

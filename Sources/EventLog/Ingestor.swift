@@ -61,6 +61,8 @@ public final class Ingestor {
     private var rejectedGroups: [RejectedGroup: Int] = [:]
     private var inFlight: [Pending]? = nil
     private var failed = false
+    /// Seconds the server's clock is ahead of this machine's, read when the ingest starts.
+    private var clockOffset: TimeInterval = 0
 
     private struct Pending {
         var input: String
@@ -82,6 +84,8 @@ public final class Ingestor {
         guard !log.connection.isInTransaction else {
             throw IngestError("the connection is in a transaction: ingest commits its own (all or nothing, or batch by batch)")
         }
+        // The 24 h rule is against the server's clock, not this machine's.
+        clockOffset = try log.connection.clockOffset()
         switch mode {
         case .allOrNothing: try ingestAllOrNothing(inputs)
         case .storeValid: try ingestStoringValid(inputs)
@@ -103,7 +107,7 @@ public final class Ingestor {
                 if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
                 block.append(number, bytes)
             }
-            for (number, bytes, result) in block.validated() {
+            for (number, bytes, result) in block.validated(now: Date().addingTimeInterval(clockOffset)) {
                 summary.lines += 1
                 let event: ValidatedEvent
                 switch result {
@@ -368,12 +372,12 @@ struct LineBlock {
         byteCount = 0
     }
 
-    func validated() -> [(Int, [UInt8], Result<ValidatedEvent, EventProblem>)] {
+    func validated(now: Date) -> [(Int, [UInt8], Result<ValidatedEvent, EventProblem>)] {
         let results = Results(count: lines.count)
         let lines = self.lines
         let parts = min(ProcessInfo.processInfo.activeProcessorCount, max(1, lines.count / 64))
         DispatchQueue.concurrentPerform(iterations: parts) { part in
-            let validator = EventValidator()
+            let validator = EventValidator(now: now)
             for i in stride(from: part, to: lines.count, by: parts) {
                 results.set(i, validator.validate(bytes: lines[i].bytes))
             }

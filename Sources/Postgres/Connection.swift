@@ -47,6 +47,15 @@ public final class Connection {
     /// known since the connection started.
     public var serverVersion: Int { Int(PQserverVersion(handle)) }
 
+    /// Seconds by which the server's clock is ahead of this machine's (negative when it is
+    /// behind), read in one round trip and set against its midpoint.
+    public func clockOffset() throws -> TimeInterval {
+        let sent = Date().timeIntervalSince1970
+        let server = try query("select extract(epoch from clock_timestamp())::float8").scalar(Double.self)
+        let received = Date().timeIntervalSince1970
+        return server - (sent + received) / 2
+    }
+
     // MARK: Queries
 
     /// Runs one statement with parameters `$1...$n`, sent separately from the SQL text.

@@ -107,11 +107,14 @@ enum AppendCommand: Command {
         guard arguments.positionals.count <= 1 else { throw UsageError(message: "expected at most one JSON event", usage: usage) }
         let argument = arguments.positionals.first.flatMap { $0 == "-" ? nil : $0 }
         let bytes = argument.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
-        if case let .failure(problem) = EventValidator().validate(bytes: bytes) {
+        let db = try openDatabase(arguments)
+        // Checked here to name the rule; the 24 h rule against the server's clock.
+        let validator = EventValidator(now: Date().addingTimeInterval(try db.clockOffset()))
+        if case let .failure(problem) = validator.validate(bytes: bytes) {
             throw CommandFailure(message: problem.description)
         }
         let line = String(decoding: bytes, as: UTF8.self)
-        let log = EventLog(connection: try openDatabase(arguments))
+        let log = EventLog(connection: db)
         let results: [EventLog.AppendResult]
         do {
             results = try log.append([line])

@@ -26,6 +26,11 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(row.6.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
     }
 
+    /// The server runs on this machine here: the offset is its clock against the same clock.
+    func testClockOffsetIsInSeconds() throws {
+        XCTAssertEqual(try Connection(url: url).clockOffset(), 0, accuracy: 1)
+    }
+
     func testDecodingFailureNamesColumnAndType() throws {
         let db = try Connection(url: url)
         XCTAssertThrowsError(try db.query("select 'abc' as word").column(as: Int.self)) { error in
