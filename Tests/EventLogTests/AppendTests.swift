@@ -71,6 +71,22 @@ final class AppendTests: XCTestCase {
         XCTAssertEqual(try db.query("select count(*) from audit.subject_streams").scalar(Int.self), 2)
     }
 
+    /// The log keeps microseconds: a longer fraction is cut, not rounded, so that a time keeps
+    /// its UTC date (an attempt's day) on the one-event path and the batch path alike.
+    func testOccurredAtIsTruncatedToTheMicrosecond() throws {
+        let times = ["2026-10-05T23:59:59.9999996Z", "2026-10-05T21:59:59.123456789-02:00", "2026-10-05T12:00:00.5Z"]
+        let beforeMidnight = EventFixtures.event(occurredAt: times[0])
+        try log.append([beforeMidnight])
+        try log.append(times.dropFirst().map { EventFixtures.event(occurredAt: $0) })
+        let stored = try db.query("""
+            select to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') from audit.events order by position
+            """).column(as: String.self)
+        XCTAssertEqual(stored, ["2026-10-05 23:59:59.999999", "2026-10-05 23:59:59.123456", "2026-10-05 12:00:00.500000"])
+        // A duplicate is counted on the same day.
+        XCTAssertEqual(try log.append([beforeMidnight]).map(\.status), [.duplicate])
+        XCTAssertEqual(try db.query("select day::text from audit.intake_anomalies where duplicates > 0").column(as: String.self), ["2026-10-05"])
+    }
+
     func testIdenticalResendIsDuplicateAndDifferentContentIsConflict() throws {
         let id = UUID()
         let event = EventFixtures.event(id: id)
