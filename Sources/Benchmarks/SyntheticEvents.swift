@@ -97,12 +97,21 @@ public struct SyntheticEvents {
 
 extension SyntheticEvents {
     /// Loads `count` events straight into `audit.events` by COPY (not through the write path,
-    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), links
-    /// each install in `audit.subject_streams` as the write path does (its subject, `inst-<n>`,
-    /// under stream key n), then VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
+    /// whose speed `bench ingest` measures), one install per 20 events (at least 1000), after
+    /// linking each install the generator can draw in `audit.subject_streams` as the write path
+    /// does (its subject, `inst-<n>`, under stream key n: a link must come before its stream's
+    /// events, 035), then VACUUM ANALYZE. By default `recorded_at` is the loading transaction's time; with
     /// `recordedAsOccurred` each event is recorded at its `occurredAt`, like a log filled live.
     public static func copy(_ count: Int, into db: Connection, seed: UInt64, recordedAsOccurred: Bool = false) throws {
         var generator = SyntheticEvents(seed: seed, subjects: max(1000, count / 20))
+        // App ids hold no commas.
+        let installs = Array(0..<generator.subjects)
+        try db.query("""
+            insert into audit.subject_streams (stream_key, app, subject) overriding system value
+            select k, a, 'inst-' || k from unnest($1::bigint[], $2::text[]) as i(k, a)
+            """, ["{" + installs.map(String.init).joined(separator: ",") + "}",
+                  "{" + installs.map(Self.app(of:)).joined(separator: ",") + "}"])
+        try db.execute("select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams")
         var versions: [Int: Int] = [:]
         let columns = "event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload"
             + (recordedAsOccurred ? ", recorded_at" : "")
@@ -114,14 +123,6 @@ extension SyntheticEvents {
                 try writer.write(event.copyRow(version: version, recordedAt: recordedAsOccurred ? event.occurredAt : nil))
             }
         }
-        // The installs seen, from the generator (not read back from the log). App ids hold no commas.
-        let installs = versions.keys.sorted()
-        try db.query("""
-            insert into audit.subject_streams (stream_key, app, subject) overriding system value
-            select k, a, 'inst-' || k from unnest($1::bigint[], $2::text[]) as i(k, a)
-            """, ["{" + installs.map(String.init).joined(separator: ",") + "}",
-                  "{" + installs.map(Self.app(of:)).joined(separator: ",") + "}"])
-        try db.execute("select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams")
         try db.execute("vacuum analyze audit.events, audit.subject_streams")
     }
 }

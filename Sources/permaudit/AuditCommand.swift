@@ -79,6 +79,7 @@ enum AuditCommand: Command {
                 do { key = try publicKey() } catch { printError("Error: \(error)"); return 2 }
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
+                guard from <= to else { throw UsageError(message: "'--from' (\(from)) is after '--to' (\(to))", usage: usage) }
                 let range = arguments.value("--from") == nil && arguments.value("--to") == nil ? nil : Int64(from)...Int64(to)
                 let expected = try arguments.value("--expect-seal").map { hex in
                     guard hex.count == 64, let hash = Hex.decode(hex) else {

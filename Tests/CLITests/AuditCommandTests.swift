@@ -40,6 +40,9 @@ final class AuditCommandTests: XCTestCase {
         let verify = try permaudit(["audit", "verify"])
         XCTAssertEqual(verify.status, 0, verify.stdout + verify.stderr)
         XCTAssertTrue(verify.stdout.contains("seals valid: 1/1\nevents valid: 3/3"), verify.stdout)
+        let backwards = try permaudit(["audit", "verify", "--from", "3", "--to", "1"])
+        XCTAssertEqual(backwards.status, 64, backwards.stderr)
+        XCTAssertTrue(backwards.stderr.contains("'--from' (3) is after '--to' (1)"), backwards.stderr)
 
         let id: String = try db.query("select event_id::text from audit.events where position = 2").scalar()
         let prove = try permaudit(["audit", "prove", id])

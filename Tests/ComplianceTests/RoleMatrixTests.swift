@@ -48,7 +48,9 @@ final class RoleMatrixTests: XCTestCase {
             ("read the seals", "select count(*) from audit.seals", ["permaudit_projector", "permaudit_auditor"]),
             ("change a seal", "delete from audit.seals", []),
             ("read the access record", "select count(*) from audit.access_log", ["permaudit_auditor"]),
-            ("record an access", "select audit.record_access('test', '{}')", ["permaudit_projector", "permaudit_auditor"]),
+            ("record a seal's access", "select audit.record_access('audit seal', '{}')", ["permaudit_projector", "permaudit_auditor"]),
+            // The last verification shows on the compliance dashboard: the projector cannot write one (035).
+            ("record a verification", "select audit.record_access('audit verify', '{\"result\": \"intact\"}')", ["permaudit_auditor"]),
             ("export an install", "select count(*) from audit.subject_events('com.example.app', 'matrix-1')", ["permaudit_auditor"]),
             ("erase an install", "select audit.erase_subject('com.example.app', 'nobody', 'test')", ["permaudit_auditor"]),
             ("rewrite the erasure record", "update audit.erasures set reason = 'x'", []),
@@ -89,7 +91,24 @@ final class RoleMatrixTests: XCTestCase {
         }
         try db.execute("set session_replication_role = origin")
         try db.execute("update audit.subject_streams set app = app")  // no change: the write path's row lock
-        XCTAssertEqual(try db.query("select audit.erase_subject('com.example.app', 'matrix-1', 'test') is not null").scalar(Bool.self), true)
+        // A delete needs a record of its erasure, whatever the session sets (032 trusted a setting).
+        try db.execute("begin")
+        try db.execute("set local permaudit.erasing = on")
+        XCTAssertThrowsError(try db.execute("delete from audit.subject_streams where subject = 'matrix-1'")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010")
+        }
+        try db.execute("rollback")
+        let erased: Int = try db.query("select audit.erase_subject('com.example.app', 'matrix-1', 'test')").scalar()
+        XCTAssertEqual(try db.query("select count(*)::int from audit.erasures where stream_key = $1", [erased]).scalar(Int.self), 1)
+        // An erased stream cannot be linked again, to the same install or another (035).
+        for subject in ["matrix-1", "someone-else"] {
+            let relink = "insert into audit.subject_streams (stream_key, app, subject) overriding system value values (\(erased), 'com.example.app', '\(subject)')"
+            XCTAssertThrowsError(try db.execute(relink)) { error in
+                XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010")
+            }
+        }
+        // The install's next event starts a new stream.
+        XCTAssertEqual(try EventLog(connection: db).append([EventFixtures.event(subject: "matrix-1")]).map(\.status), [.appended])
         // No sample of install ids in the planner's statistics (an erased one stayed there).
         try db.execute("analyze audit.subject_streams")
         XCTAssertEqual(try db.query("""
@@ -114,5 +133,15 @@ final class RoleMatrixTests: XCTestCase {
         // So does the server log's line of the access request (032).
         let log = try String(contentsOf: try TestDatabase.cluster.logFile, encoding: .utf8)
         XCTAssertTrue(log.contains("permaudit access request: audit.subject_events by permaudit_auditor, app com.example.app, 0 events"))
+        // An erasure logs every call too: rolled back, it still told its caller the stream key (035).
+        let (subject, app) = ("logged-\(UUID())", "com.example.\(UUID())")  // not in the log of an earlier run
+        try EventLog(connection: db).append([EventFixtures.event(subject: subject, app: app)])
+        try db.execute("begin")
+        try db.execute("set local role permaudit_auditor")
+        let key: Int = try db.query("select audit.erase_subject($1, $2, 'probe')", [app, subject]).scalar()
+        try db.execute("rollback")
+        let after = try String(contentsOf: try TestDatabase.cluster.logFile, encoding: .utf8)
+        XCTAssertTrue(after.contains("permaudit erasure: audit.erase_subject by permaudit_auditor, app \(app), stream \(key)"))
+        XCTAssertFalse(after.contains(subject))
     }
 }

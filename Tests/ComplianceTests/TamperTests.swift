@@ -67,6 +67,23 @@ final class TamperTests: XCTestCase {
         }
     }
 
+    /// A look-alike function put in front of PostgreSQL's own by the database's search_path
+    /// (here one that hides the changed event's hash) does not reach verify's queries.
+    func testASearchPathSettingCannotHideTampering() throws {
+        let sealed = try SealedDatabase()
+        defer { sealed.drop() }
+        let database: String = try sealed.db.query("select current_database()::text").scalar()
+        try sealed.db.execute("""
+            create schema shadow;
+            create function shadow.encode(bytea, text) returns text language sql as 'select ''0''';
+            alter database "\(database)" set search_path = shadow, pg_catalog, public
+            """)
+        try sealed.tamper("update audit.events set app_version = '9.9.9' where position = 100")
+        let result = try sealed.verify()
+        XCTAssertEqual(result.failures.first?.kind, .modified, result.lines.joined(separator: "\n"))
+        XCTAssertEqual(result.failures.first?.position, 100)
+    }
+
     func testABrokenChainIsNamed() throws {
         let sealed = try SealedDatabase()
         defer { sealed.drop() }
