@@ -225,13 +225,15 @@ public final class Collector: @unchecked Sendable {
         var results: [EventResult?] = []
         var ids: [String?] = []
         var valid: [String] = []
+        var validIds = Set<String>()
         var rejected: [RejectedGroup: Int] = [:]
         for element in elements {
             ids.append(element["eventId"]?.stringValue)
             switch validator.validate(element) {
-            case .success:
+            case let .success(event):
                 results.append(nil)
                 valid.append(element.serialized)
+                validIds.insert(event.eventId.uuidString.lowercased())
             case let .failure(problem):
                 results.append(.rejected(field: problem.field, rule: problem.rule))
                 rejected[RejectedGroup(element), default: 0] += 1
@@ -240,7 +242,7 @@ public final class Collector: @unchecked Sendable {
         let metrics = metrics
         let (checked, eventIds) = (results, ids)
         let retryAfter = configuration.retryAfterSeconds
-        committer.submit(Submission(events: valid, rejected: rejected) { outcome in
+        committer.submit(Submission(events: valid, ids: validIds, rejected: rejected) { outcome in
             switch outcome {
             case let .success(stored):
                 var next = stored.makeIterator()

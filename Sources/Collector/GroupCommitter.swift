@@ -10,10 +10,12 @@ enum EventResult: Equatable, Sendable {
     case rejected(field: String, rule: String)
 }
 
-/// The valid events of one request (already checked by the Swift validator), and the intake
-/// groups of the events it rejected; `completion` is called once, after the commit.
+/// The valid events of one request (already checked by the Swift validator) with their ids, and
+/// the intake groups of the events it rejected; `completion` is called once, after the commit.
 struct Submission: Sendable {
     var events: [String]
+    /// The events' ids, lowercased (ids are UUIDs: case does not make another id).
+    var ids: Set<String>
     var rejected: [RejectedGroup: Int]
     var completion: @Sendable (Result<[EventResult], any Error>) -> Void
 }
@@ -22,7 +24,9 @@ struct Submission: Sendable {
 /// queued (up to `maxEvents` events), appends it in one call of `audit.append_events` in one
 /// transaction with the rejected counts, and answers each request after the commit. Concurrent
 /// requests thus share one transaction, one fsync and one round trip; the number of writers is
-/// the number of database connections.
+/// the number of database connections. Requests that carry the same event id never share a
+/// call: inside one call the first copy of an id counts, which would judge one client's event
+/// by another's (an exact copy of a stored event could come back as a conflict).
 final class GroupCommitter: @unchecked Sendable {
     // @unchecked Sendable: `queue`, `stopping`, `running` and `databaseDown` are guarded by `condition`.
     private let pool: ConnectionPool
@@ -86,15 +90,25 @@ final class GroupCommitter: @unchecked Sendable {
             if stopping { return nil }
             condition.wait()
         }
-        var count = 0
-        var taken = 0
-        while taken < queue.count, taken == 0 || count + queue[taken].events.count <= maxEvents {
-            count += queue[taken].events.count
-            taken += 1
-        }
+        let taken = Self.groupSize(queue, maxEvents: maxEvents)
         let group = Array(queue.prefix(taken))
         queue.removeFirst(taken)
         return group
+    }
+
+    /// How many submissions at the head of `queue` go into one call: at least one; then while
+    /// the events fit in `maxEvents` and no event id repeats one already taken.
+    static func groupSize(_ queue: [Submission], maxEvents: Int) -> Int {
+        var count = 0
+        var ids = Set<String>()
+        var taken = 0
+        while taken < queue.count,
+              taken == 0 || (count + queue[taken].events.count <= maxEvents && ids.isDisjoint(with: queue[taken].ids)) {
+            count += queue[taken].events.count
+            ids.formUnion(queue[taken].ids)
+            taken += 1
+        }
+        return taken
     }
 
     /// Appends a group's events; a refused event (PA001/PA002) becomes a rejection and the rest
