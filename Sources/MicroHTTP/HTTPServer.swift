@@ -114,8 +114,11 @@ public final class HTTPServer: @unchecked Sendable {
         draining = true
         lock.unlock()
         // The listening socket, ours to close, but only after MHD_stop_daemon (its threads may
-        // still look at it until then).
+        // still look at it until then). Shut down for reading, it stops listening at once: a new
+        // connection is refused (and can go to another instance) instead of waiting unaccepted
+        // in the backlog until the drain ends.
         quiescedListener = MHD_quiesce_daemon(daemon)
+        if quiescedListener >= 0 { _ = shutdown(quiescedListener, Int32(SHUT_RD)) }
         lock.lock()
         let deadline = Date().addingTimeInterval(timeout)
         while openRequests > 0, lock.wait(until: deadline) {}
@@ -248,7 +251,8 @@ public final class HTTPServer: @unchecked Sendable {
     /// The request's header fields, names in lower case, repeated lines of a list field joined
     /// with ", " (RFC 9110 section 5.3); and why the request is ambiguous, if it is: white space
     /// in a field name (RFC 9112 section 5.1: "Content-Length :" is no Content-Length to the
-    /// server, but may be one to a proxy), a singleton field repeated, a transfer coding other
+    /// server, but may be one to a proxy), a framing field folded over two lines, a singleton
+    /// field repeated, a transfer coding other
     /// than chunked, or both Content-Length and Transfer-Encoding (RFC 9112 section 6.3).
     private static func headers(of connection: OpaquePointer) -> (headers: [String: String], ambiguity: String?) {
         let box = HeaderBox()
@@ -260,6 +264,14 @@ public final class HTTPServer: @unchecked Sendable {
         }, Unmanaged.passUnretained(box).toOpaque())
         if box.headers.keys.contains(where: { $0.contains(where: \.isWhitespace) }) {
             return (box.headers, "a header name holds white space")
+        }
+        // libmicrohttpd 0.9.75 appends a folded line (obs-fold, RFC 9112 section 5.2) to the field
+        // name: "Content-Length:" then " 47" arrives as "content-length47" with an empty value,
+        // no length to the server but one to a proxy that unfolds.
+        if box.headers.keys.contains(where: { name in
+            ["content-length", "transfer-encoding"].contains { name.hasPrefix($0) && name != $0 }
+        }) {
+            return (box.headers, "a content-length or transfer-encoding header is folded over two lines")
         }
         if let repeated = box.repeated.intersection(singletonFields).sorted().first {
             return (box.headers, "the request has more than one \(repeated) header")

@@ -243,6 +243,9 @@ final class CollectorTests: XCTestCase {
             // No Content-Length to the server (an empty body), but one to a lenient proxy.
             ("Content-Length : \(outerBody.utf8.count)\r\n", "a header name holds white space"),
             ("Transfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n", "the only transfer-encoding accepted is chunked"),
+            // Folded lines (obs-fold): no length or coding to the server, one to a proxy that unfolds.
+            ("Content-Length:\r\n \(outerBody.utf8.count)\r\n", "folded over two lines"),
+            ("Transfer-Encoding:\r\n chunked\r\nContent-Length: \(outerBody.utf8.count - hiddenRequest.utf8.count)\r\n", "folded over two lines"),
         ]
         for (headers, reason) in cases {
             let client = try HTTPClient(port: collector.port)
@@ -271,7 +274,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try Self.post(client, [EventFixtures.event(id: outer, app: Self.app)], key: key).status, 200)
         XCTAssertEqual(try storedCount([outer, hidden]), 1)
         let metrics = try client.send("GET", "/metrics").text
-        for line in ["permaudit_collector_requests_total{code=\"400\"} 6", "permaudit_collector_requests_total{code=\"415\"} 1",
+        for line in ["permaudit_collector_requests_total{code=\"400\"} 8", "permaudit_collector_requests_total{code=\"415\"} 1",
                      "permaudit_collector_request_duration_seconds_count 3"] {
             XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
         }
@@ -394,6 +397,24 @@ extension CollectorTests {
     /// A stop while clients post: every request the server began is answered before it exits
     /// (so no stored request goes unanswered), and requests that come while it stops get 503 with
     /// Retry-After on their open connection, or find no listener.
+    /// While a stop waits for a request in flight, a new connection is refused at once (it can go
+    /// to another instance), not left unaccepted until the wait ends.
+    func testAStoppingCollectorRefusesNewConnections() throws {
+        let collector = try start()
+        let port = collector.port
+        let slow = try HTTPClient(port: port)
+        try slow.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[".utf8))
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { collector.stop(); stopped.signal() }
+        Thread.sleep(forTimeInterval: 0.5)
+        let started = Date()
+        XCTAssertThrowsError(try HTTPClient(port: port, timeout: 5).send("GET", "/healthz"))
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4, "refused, not left waiting")
+        try slow.write(Array(String(repeating: " ", count: 98).utf8) + Array("]".utf8))
+        XCTAssertEqual(try slow.readResponse().status, 401, "the request in flight is still answered (it has no key)")
+        XCTAssertEqual(stopped.wait(timeout: .now() + 30), .success)
+    }
+
     func testStopAnswersEveryRequestItBegan() throws {
         let key = try createKey()
         let collector = try start { $0.threads = 4; $0.databaseConnections = 2 }
