@@ -154,10 +154,13 @@ public final class Collector: @unchecked Sendable {
             return respond(Self.error(401, "an API key is required: 'Authorization: Bearer KEY'",
                                       headers: [("WWW-Authenticate", "Bearer")]))
         }
-        let mediaType = request.header("content-type")?.split(separator: ";").first?
-            .trimmingCharacters(in: .whitespaces).lowercased()
-        guard mediaType == "application/json" else {
-            return respond(Self.error(415, "the body must be 'Content-Type: application/json'"))
+        let contentType = (request.header("content-type") ?? "").split(separator: ";").map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        // JSON is UTF-8 (RFC 8259 section 8.1): a charset parameter may say so, and nothing else.
+        guard contentType.first == "application/json",
+              contentType.dropFirst().allSatisfy({ !$0.hasPrefix("charset=") || ["charset=utf-8", "charset=\"utf-8\""].contains($0) }) else {
+            return respond(Self.error(415, "the body must be 'Content-Type: application/json' (UTF-8)"))
         }
         var body = request.body
         switch request.header("content-encoding")?.trimmingCharacters(in: .whitespaces).lowercased() {

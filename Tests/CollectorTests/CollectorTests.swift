@@ -132,6 +132,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(anonymous.headers["www-authenticate"], "Bearer")
         XCTAssertEqual(try Self.post(client, [event], key: "pak_" + String(repeating: "0", count: 64)).status, 401)
         XCTAssertEqual(try Self.post(client, [event], key: key, contentType: "text/plain").status, 415)
+        XCTAssertEqual(try Self.post(client, [event], key: key, contentType: "application/json; charset=latin-1").status, 415)
         XCTAssertEqual(try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
                                                                        ("Content-Encoding", "br")], body: Array("[\(event)]".utf8)).status, 415)
         let malformed = try Self.post(client, body: Array("[{\"eventId\": ".utf8), key: key)
@@ -168,7 +169,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(metrics.status, 200)
         for line in ["permaudit_collector_requests_total{code=\"401\"} 3", "permaudit_collector_requests_total{code=\"403\"} 1",
                      "permaudit_collector_requests_total{code=\"200\"} 2", "permaudit_collector_events_total{result=\"appended\"} 2",
-                     "permaudit_collector_events_total{result=\"rejected\"} 1", "permaudit_collector_request_duration_seconds_count 15"] {
+                     "permaudit_collector_events_total{result=\"rejected\"} 1", "permaudit_collector_request_duration_seconds_count 16"] {
             XCTAssertTrue(metrics.text.contains(line + "\n"), line + "\n" + metrics.text)
         }
     }
