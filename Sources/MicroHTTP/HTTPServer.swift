@@ -252,8 +252,8 @@ public final class HTTPServer: @unchecked Sendable {
     /// with ", " (RFC 9110 section 5.3); and why the request is ambiguous, if it is: white space
     /// in a field name (RFC 9112 section 5.1: "Content-Length :" is no Content-Length to the
     /// server, but may be one to a proxy), a framing field folded over two lines, a singleton
-    /// field repeated, a transfer coding other
-    /// than chunked, or both Content-Length and Transfer-Encoding (RFC 9112 section 6.3).
+    /// field repeated, a transfer coding other than chunked, or both Content-Length and
+    /// Transfer-Encoding (RFC 9112 section 6.3).
     private static func headers(of connection: OpaquePointer) -> (headers: [String: String], ambiguity: String?) {
         let box = HeaderBox()
         _ = MHD_get_connection_values(connection, .HEADER_KIND, { context, _, key, value in

@@ -401,18 +401,23 @@ extension CollectorTests {
     /// While a stop waits for a request in flight, a new connection is refused at once (it can go
     /// to another instance), not left unaccepted until the wait ends.
     func testAStoppingCollectorRefusesNewConnections() throws {
+        let key = try createKey()
         let collector = try start()
         let port = collector.port
         let slow = try HTTPClient(port: port)
-        try slow.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n[".utf8))
+        try slow.write(Array(("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\n"
+                              + "Content-Length: 100\r\nExpect: 100-continue\r\n\r\n").utf8))
+        XCTAssertEqual(try slow.readResponse().status, 100, "the request has begun")
         let stopped = DispatchSemaphore(value: 0)
         DispatchQueue.global().async { collector.stop(); stopped.signal() }
         Thread.sleep(forTimeInterval: 0.5)
         let started = Date()
         XCTAssertThrowsError(try HTTPClient(port: port, timeout: 5).send("GET", "/healthz"))
         XCTAssertLessThan(Date().timeIntervalSince(started), 4, "refused, not left waiting")
-        try slow.write(Array(String(repeating: " ", count: 98).utf8) + Array("]".utf8))
-        XCTAssertEqual(try slow.readResponse().status, 401, "the request in flight is still answered (it has no key)")
+        try slow.write(Array("[".utf8) + Array(String(repeating: " ", count: 98).utf8) + Array("]".utf8))
+        let answer = try slow.readResponse()
+        XCTAssertEqual(answer.status, 400, "the request in flight is still answered")
+        XCTAssertTrue(answer.text.contains("the array holds no events"), answer.text)
         XCTAssertEqual(stopped.wait(timeout: .now() + 30), .success)
     }
 

@@ -77,9 +77,11 @@ final class WriteRaceTests: XCTestCase {
             try g.execute("COMMIT")  // A locks y, then finds x held by B
             XCTAssertEqual(try EventLog(connection: b).append([y()]).map(\.status), [.appended], "B never fails")
             try b.execute("COMMIT")
+            // No deadlock either way. On a loaded machine A may still be on its way from x to y
+            // when G commits: B then takes y and commits first, and A finds x re-created and
+            // committed, and appends at once (seen once in a CI run).
             switch a() {
             case .success(let statuses):
-                XCTAssertTrue(viaLibrary, "without a retry the call fails")
                 XCTAssertEqual(statuses, ["appended", "appended"])
             case .failure(let error):
                 XCTAssertFalse(viaLibrary, "the library runs the call again: \(error)")
