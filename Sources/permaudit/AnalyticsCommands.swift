@@ -73,10 +73,12 @@ enum ProjectCommand: Command {
         var projector = makeProjector(connection)
         let poll = Double(try arguments.int("--poll", default: 5, range: 1...3600))
         let started = Date()
-        func report(_ progress: Projector.Progress) -> String {
-            let seconds = Date().timeIntervalSince(started)
+        // The time the command has run: for --once and --rebuild, how long the work took; a
+        // follower's lines leave it out (it would count the idle time between catch-ups).
+        func report(_ progress: Projector.Progress, timed: Bool = true) -> String {
+            let seconds = timed ? String(format: ", %.1f s", Date().timeIntervalSince(started)) : ""
             return "projected \(progress.events) events (\(progress.attempts) attempt updates) in "
-                + counted(progress.batches, "batch", "batches") + String(format: ", %.1f s", seconds) + ", checkpoint \(progress.checkpoint)"
+                + counted(progress.batches, "batch", "batches") + seconds + ", checkpoint \(progress.checkpoint)"
         }
         let interactive = isatty(2) == 1
         let progressLine: (Projector.Progress) -> Void = { progress in
@@ -121,7 +123,7 @@ enum ProjectCommand: Command {
             while !stop.requested() {
                 do {
                     try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
-                        printError(report(progress))
+                        printError(report(progress, timed: false))
                     }, afterCatchUp: {
                         guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
                         lastSeal = Date()

@@ -379,6 +379,10 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertEqual(status, 0)
         XCTAssertTrue(log.contains("the batch failed and was rolled back (PostgreSQL 55P03"), log)
         XCTAssertTrue(log.hasSuffix("stopped\n"), log)
+        // A catch-up's line has no duration: the time since the follower started is not it.
+        let lines = log.split(separator: "\n").filter { $0.hasPrefix("projected ") }
+        XCTAssertFalse(lines.isEmpty, log)
+        XCTAssertTrue(lines.allSatisfy { $0.contains(" batch, checkpoint ") || $0.contains(" batches, checkpoint ") }, log)
     }
 
     func testStatsCommands() throws {
