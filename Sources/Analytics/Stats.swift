@@ -125,26 +125,22 @@ public enum Stats {
         return [primed, experiments]
     }
 
-    /// Experiment keys that `priming` pools over several apps (its grouping has no `app` and no
-    /// app is chosen), with their number of apps: a key's variants are assigned within each app, so
-    /// pooled arms can hide or reverse an app's effect (Simpson's paradox); `--by app` separates them.
-    public static func experimentsPooledAcrossApps(_ db: Connection, _ query: StatsQuery) throws -> [(experiment: String, apps: Int)] {
-        guard query.app == nil, !query.by.contains(.app) else { return [] }
+    /// Notes on the experiments `priming` shows, one per experiment and problem: a key pooled over
+    /// several apps (the grouping has no `app` and no app is chosen; a key's variants are
+    /// assigned within each app, so pooled arms can hide or reverse an app's effect, Simpson's
+    /// paradox; `--by app` separates them), and a key without a `control` variant (its variants
+    /// are shown without a comparison). Client text is made visible (`ResultTable.visible`).
+    public static func experimentNotes(_ db: Connection, _ query: StatsQuery) throws -> [String] {
+        let pools = query.app == nil && !query.by.contains(.app)
         return try db.query("""
-            select experiment, count(distinct app)::bigint
+            select experiment, count(distinct app)::bigint, bool_or(variant = 'control')
               from analytics.experiment_arms_detail_daily where \(query.filter)
-             group by experiment having count(distinct app) > 1 order by experiment
-            """, query.parameters).decode((String, Int).self).map { (experiment: $0.0, apps: $0.1) }
-    }
-
-    /// Experiment keys in the selection without a variant named `control`: `priming` shows their
-    /// variants without a comparison.
-    public static func experimentsWithoutControl(_ db: Connection, _ query: StatsQuery) throws -> [String] {
-        try db.query("""
-            select experiment
-              from analytics.experiment_arms_detail_daily where \(query.filter)
-             group by experiment having not bool_or(variant = 'control') order by experiment
-            """, query.parameters).decode(String.self)
+             group by experiment order by experiment
+            """, query.parameters).decode((String, Int, Bool).self).flatMap { experiment, apps, hasControl in
+            let name = ResultTable.visible(experiment)
+            return (pools && apps > 1 ? ["Note: experiment \(name) runs in \(apps) apps; its arms are pooled across them (--by app compares them per app)"] : [])
+                + (hasControl ? [] : ["Note: experiment \(name) has no variant named 'control'; its variants are shown without a comparison"])
+        }
     }
 
     /// Rows are (dimensions..., arm, attempts, accepted, declined, prompted, granted, limited, denied at the dialog),

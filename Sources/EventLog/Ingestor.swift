@@ -236,8 +236,8 @@ public final class Ingestor {
         try db.execute("BEGIN")
         defer { try? db.execute("ROLLBACK") }
         do {
-            _ = try db.query(EventLog.appendSQL + ")", ["[" + copies[0].2 + "]"])
-        } catch let error as PostgresError where AppendError(error)?.kind == .conflict {
+            try log.append([copies[0].2])
+        } catch let error as AppendError where error.kind == .conflict {
             return (copies[0].0, copies[0].1)
         }
         let later = copies.first(where: \.3) ?? copies[0]

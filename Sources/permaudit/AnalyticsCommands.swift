@@ -211,12 +211,7 @@ enum StatsCommand: Command {
         }
         print(ResultTable.render(tables, format), terminator: "")
         if which == "priming" {
-            for pooled in try Stats.experimentsPooledAcrossApps(db, query) {
-                printError("Note: experiment \(ResultTable.visible(pooled.experiment)) runs in \(pooled.apps) apps; its arms are pooled across them (--by app compares them per app)")
-            }
-            for experiment in try Stats.experimentsWithoutControl(db, query) {
-                printError("Note: experiment \(ResultTable.visible(experiment)) has no variant named 'control'; its variants are shown without a comparison")
-            }
+            for note in try Stats.experimentNotes(db, query) { printError(note) }
         }
         return 0
     }
