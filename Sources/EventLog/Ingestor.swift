@@ -202,9 +202,9 @@ public final class Ingestor {
                 // The staged rows outlive the transaction: name the refused event's line (or,
                 // for a value the server cannot store, the batch's first).
                 let k = done + 1 + (refusal?.index ?? 0)
-                let origin = try refusal?.kind == .conflict ? conflictingLine(k)
-                    : db.query("select input, line from permaudit_ingest_sorted where k = $1", [k]).decode((Int, Int).self)[0]
-                try reject(inputs[origin.0], origin.1, refusal?.reason
+                let origin = try refusal?.kind == .conflict ? conflictingLine(k, inputs: inputs)
+                    : db.query("select input, line, null::text from permaudit_ingest_sorted where k = $1", [k]).decode((Int, Int, String?).self)[0]
+                try reject(inputs[origin.0], origin.1, origin.2 ?? refusal?.reason
                            ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(upTo - done) events with this line",
                            [])
                 summary.appended = 0
@@ -222,10 +222,11 @@ public final class Ingestor {
 
     /// The line to blame for a conflict refused at staged row `k`, as when storing the valid
     /// lines: the first copy of the event id in input order, if the log holds the id with other
-    /// content; else the first later copy that differs from it. (Rows are sent sorted by install,
-    /// so the copy the server refused may be the first one in the file.) The first copy is
-    /// tried through the write path, in a transaction that is rolled back.
-    private func conflictingLine(_ k: Int) throws -> (Int, Int) {
+    /// content; else the first later copy that differs from it, with a reason naming the first
+    /// copy (nothing was stored). (Rows are sent sorted by install, so the copy the server refused
+    /// may be the first one in the file.) The first copy is tried through the write path, in a
+    /// transaction that is rolled back.
+    private func conflictingLine(_ k: Int, inputs: [String]) throws -> (Int, Int, String?) {
         let db = log.connection
         let copies = try db.query("""
             select input, line, event, event::jsonb <> first_value(event::jsonb) over (order by input, line)
@@ -235,13 +236,16 @@ public final class Ingestor {
             """, [k]).decode((Int, Int, String, Bool).self)
         try db.execute("BEGIN")
         defer { try? db.execute("ROLLBACK") }
+        let firstCopy: [EventLog.AppendResult]
         do {
-            try log.append([copies[0].2])
+            firstCopy = try log.append([copies[0].2])
         } catch let error as AppendError where error.kind == .conflict {
-            return (copies[0].0, copies[0].1)
+            return (copies[0].0, copies[0].1, nil)
         }
-        let later = copies.first(where: \.3) ?? copies[0]
-        return (later.0, later.1)
+        guard let later = copies.first(where: \.3) else { return (copies[0].0, copies[0].1, nil) }
+        if firstCopy.first?.status == .duplicate { return (later.0, later.1, nil) }  // the log holds the first copy
+        let first = later.0 == copies[0].0 ? "line \(copies[0].1)" : "line \(copies[0].1) of \(inputs[copies[0].0])"
+        return (later.0, later.1, "eventId: \(first) has this id with different content")
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {

@@ -17,11 +17,14 @@ public struct Migrator {
     }
 
     public let migrations: [Migration]
+    /// Where the migrations were read from.
+    public let directory: URL
 
     public init(directory: URL) throws {
-        let files = try FileManager.default.contentsOfDirectory(atPath: directory.path)
-            .filter { $0.hasSuffix(".sql") }
-            .sorted()
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory.path) else {
+            throw MigrationError("\(directory.path): cannot read the migrations directory")
+        }
+        let files = names.filter { $0.hasSuffix(".sql") }.sorted()
         var migrations: [Migration] = []
         for file in files {
             guard let version = Int(file.prefix { $0.isNumber }) else {
@@ -35,6 +38,7 @@ public struct Migrator {
         }
         guard !migrations.isEmpty else { throw MigrationError("no migrations in \(directory.path)") }
         self.migrations = migrations
+        self.directory = directory
     }
 
     /// The `sql/` directory: `PERMAUDIT_SQL_DIR`, else the nearest `sql/` holding `001_*.sql`
@@ -42,6 +46,10 @@ public struct Migrator {
     public static func locateDirectory() throws -> URL {
         let fm = FileManager.default
         if let env = ProcessInfo.processInfo.environment["PERMAUDIT_SQL_DIR"], !env.isEmpty {
+            var isDirectory: ObjCBool = false
+            guard fm.fileExists(atPath: env, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw MigrationError("PERMAUDIT_SQL_DIR=\(env): no such directory")
+            }
             return URL(fileURLWithPath: env)
         }
         var starts = [URL(fileURLWithPath: fm.currentDirectoryPath)]
@@ -82,6 +90,16 @@ public struct Migrator {
 
         let recorded = try db.query("select version, name, checksum from permaudit.schema_migrations order by version")
             .decode((Int, String, String).self)
+        // A database migrated by a newer permaudit (or from another sql/ directory): what this
+        // directory would apply cannot be known to fit it.
+        let known = Set(migrations.map(\.version))
+        if let unknown = recorded.first(where: { !known.contains($0.0) }) {
+            throw MigrationError("""
+
+                the database has migration \(unknown.1) applied, which \(directory.path) does not hold: \
+                this permaudit is older than the database, or PERMAUDIT_SQL_DIR names another sql/ directory
+                """)
+        }
         var applied: [String] = []
         var already = 0
         for migration in migrations {

@@ -16,6 +16,7 @@ public final class Connection {
     /// Opens a connection from a libpq URL or key=value string
     /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
     public init(url: String) throws {
+        try Self.checkSyntax(url)
         guard let handle = PQconnectdb(url) else {
             throw PostgresError(code: .connectionFailure, message: "out of memory opening a connection")
         }
@@ -30,6 +31,24 @@ public final class Connection {
     }
 
     deinit { PQfinish(handle) }
+
+    /// Refuses a URL or key=value string that libpq cannot parse, before connecting. libpq's
+    /// message quotes the offending text, which may hold the password: quoted text is left out.
+    static func checkSyntax(_ url: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        if let options = PQconninfoParse(url, &message) {
+            PQconninfoFree(options)
+            return
+        }
+        let text = message.map { String(cString: $0).trimmingWhitespace() } ?? "cannot parse it"
+        PQfreemem(message)
+        // `matching "]"` stays readable; quoted text of two or more characters goes. A quote in
+        // the URL would upset the pairing: then everything after the first quote goes.
+        var parts = text.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
+        if url.contains("\"") { parts = Array(parts.prefix(1)) + ["...", ""] }
+        for i in stride(from: 1, to: parts.count, by: 2) where parts[i].count >= 2 { parts[i] = "..." }
+        throw PostgresError(code: .invalidConnectionString, message: "invalid database URL: \(parts.joined(separator: "\""))")
+    }
 
     /// True while the connection is usable.
     public var isOpen: Bool { PQstatus(handle) == CONNECTION_OK }

@@ -33,6 +33,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let raiseException = Code("P0001")
         /// Not a server code: libpq could not reach the server or lost the connection.
         public static let connectionFailure = Code("08006")
+        /// Not a server code: libpq cannot parse the connection URL or key=value string.
+        public static let invalidConnectionString = Code("XX0CS")
         /// Not a server code: a value in a result could not be decoded into the requested type.
         public static let decodingFailure = Code("XX0DE")
     }

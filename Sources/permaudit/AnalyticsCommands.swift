@@ -53,9 +53,7 @@ enum ProjectCommand: Command {
             "--once": ["--batch-size", "--wait"], "--follow": ["--batch-size", "--poll", "--seal-every", "--key", "--wait"],
             "--rebuild": ["--batch-size"], "--status": [],
         ]
-        for option in arguments.given where option != modes[0] && option != "--database-url" && !applies[modes[0], default: []].contains(option) {
-            throw UsageError(message: "'\(option)' does not apply to \(modes[0])", usage: usage)
-        }
+        try arguments.refuse(allBut: applies[modes[0], default: []].union([modes[0], "--database-url"]), for: modes[0])
         if arguments.value("--key") != nil && arguments.value("--seal-every") == nil {
             throw UsageError(message: "'--key' is the seal key: it needs --seal-every", usage: usage)
         }
@@ -77,7 +75,7 @@ enum ProjectCommand: Command {
         // follower's lines leave it out (it would count the idle time between catch-ups).
         func report(_ progress: Projector.Progress, timed: Bool = true) -> String {
             let seconds = timed ? String(format: ", %.1f s", Date().timeIntervalSince(started)) : ""
-            return "projected \(progress.events) events (\(progress.attempts) attempt updates) in "
+            return "projected " + counted(progress.events, "event", "events") + " (" + counted(progress.attempts, "attempt update", "attempt updates") + ") in "
                 + counted(progress.batches, "batch", "batches") + seconds + ", checkpoint \(progress.checkpoint)"
         }
         let interactive = isatty(2) == 1

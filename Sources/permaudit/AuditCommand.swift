@@ -46,11 +46,24 @@ enum AuditCommand: Command {
     static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--expect-seal", "--app", "--subject",
                                             "--reason", "--format", "--database-url"]
 
+    /// The options each action takes; any other given is a usage error.
+    static let optionsByAction: [String: Set<String>] = [
+        "keygen": ["--key-dir"],
+        "seal": ["--key", "--key-dir", "--max-events", "--database-url"],
+        "verify": ["--public-key", "--key-dir", "--from", "--to", "--expect-seal", "--database-url"],
+        "prove": ["--database-url"],
+        "check-proof": ["--public-key"],
+        "subject": ["--app", "--subject", "--format", "--database-url"],
+        "erase": ["--app", "--subject", "--reason", "--database-url"],
+        "permissions": ["--app", "--format", "--database-url"],
+    ]
+
     static var keyDirectory: URL { EmbeddedCluster.fromEnvironment().home.appendingPathComponent("keys") }
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard let action = arguments.positionals.first else { throw UsageError(message: "expected an audit action", usage: usage) }
         let rest = Array(arguments.positionals.dropFirst())
+        if let options = optionsByAction[action] { try arguments.refuse(allBut: options, for: "audit \(action)") }
         let store = KeyStore(directory: arguments.value("--key-dir").map { URL(fileURLWithPath: $0) } ?? keyDirectory)
         func publicKey() throws -> VerifyingKey {
             try KeyStore.verifyingKey(at: arguments.value("--public-key").map { URL(fileURLWithPath: $0) } ?? store.publicKeyURL)

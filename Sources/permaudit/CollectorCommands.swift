@@ -32,6 +32,10 @@ enum ServeCommand: Command {
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
             throw UsageError(message: "'--listen' must be HOST:PORT, got '\(listen)'", usage: usage)
         }
+        var address = in_addr()
+        guard inet_pton(AF_INET, String(listen[..<colon]), &address) == 1 else {
+            throw UsageError(message: "'--listen' must name an IPv4 address (the collector listens on IPv4 only), got '\(listen[..<colon])'", usage: usage)
+        }
         _ = try openDatabase(arguments)  // migrates the embedded cluster, or checks an external database
         let migrations = try Migrator(directory: try Migrator.locateDirectory()).migrations
         var configuration = CollectorConfiguration(databaseURL: try Database.resolveURL(arguments.value("--database-url")),
@@ -82,6 +86,7 @@ enum KeysCommand: Command {
         guard let action = arguments.positionals.first else {
             throw UsageError(message: "expected one of create, list, revoke", usage: usage)
         }
+        if action == "list" || action == "revoke" { try arguments.refuse(allBut: ["--database-url"], for: "keys \(action)") }
         switch action {
         case "create":
             guard arguments.positionals.count == 1 else { throw UsageError(message: "unexpected argument '\(arguments.positionals[1])'", usage: usage) }

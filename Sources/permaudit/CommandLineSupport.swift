@@ -130,6 +130,14 @@ struct ParsedArguments {
         return text
     }
 
+    /// Refuses an option given that `mode` does not take (--database-url goes with every mode
+    /// that opens the database: list it in `options` for those).
+    func refuse(allBut options: Set<String>, for mode: String) throws {
+        if let option = given.first(where: { !options.contains($0) }) {
+            throw UsageError(message: "'\(option)' does not apply to \(mode)", usage: usage)
+        }
+    }
+
     func noPositionals() throws {
         if let first = positionals.first { throw UsageError(message: "unexpected argument '\(first)'", usage: usage) }
     }
@@ -141,6 +149,22 @@ struct ParsedArguments {
         guard actions.contains(first) else { throw UsageError(message: "unknown action '\(first)'; \(expected)", usage: usage) }
         if positionals.count > 1 { throw UsageError(message: "unexpected argument '\(positionals[1])'", usage: usage) }
         return first
+    }
+}
+
+/// An error's text for the terminal. Foundation's file errors describe themselves as a dump of
+/// their domain, code and user info: they are shown as the path and the system's reason.
+func describe(_ error: any Error) -> String {
+    guard let error = error as? CocoaError else { return "\(error)" }
+    let path = error.filePath ?? error.url?.path ?? "a file"
+    if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
+        return "\(path): \(String(cString: strerror(Int32(underlying.code))))"
+    }
+    switch error.code {
+    case .fileNoSuchFile, .fileReadNoSuchFile: return "\(path): no such file or directory"
+    case .fileWriteFileExists: return "\(path): a file is in the way"
+    case .fileReadNoPermission, .fileWriteNoPermission: return "\(path): permission denied"
+    default: return "\(path): \(error.localizedDescription)"
     }
 }
 

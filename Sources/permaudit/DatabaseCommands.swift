@@ -11,10 +11,7 @@ func openDatabase(_ arguments: ParsedArguments) throws -> Connection {
 
 /// `openDatabase`, and the URL it connected to (for a command that opens more connections).
 func openDatabaseAndURL(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String) {
-    let explicit = arguments.value("--database-url")
-    let embedded = (explicit ?? "").isEmpty && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
-    let url = try Database.resolveURL(explicit)
-    let connection = try Connection(url: url)
+    let (connection, url, embedded) = try connectDatabase(arguments)
     let migrator = try Migrator(directory: try Migrator.locateDirectory())
     if embedded {
         try migrator.migrate(connection)
@@ -31,6 +28,21 @@ func openDatabaseAndURL(_ arguments: ParsedArguments) throws -> (connection: Con
         }
     }
     return (connection, url)
+}
+
+/// Connects to --database-url, else DATABASE_URL, else the embedded cluster (started on first
+/// use), without looking at the schema. A URL that does not parse is named by where it came from.
+func connectDatabase(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String, embedded: Bool) {
+    let explicit = arguments.value("--database-url")
+    if explicit?.isEmpty == true { throw UsageError(message: "'--database-url' is empty", usage: arguments.usage) }
+    let embedded = explicit == nil && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
+    let url = try Database.resolveURL(explicit)
+    do {
+        return (try Connection(url: url), url, embedded)
+    } catch let error as PostgresError where error.code == .invalidConnectionString {
+        if explicit != nil { throw UsageError(message: "'--database-url': \(error.message)", usage: arguments.usage) }
+        throw CommandFailure(message: "DATABASE_URL: \(error.message)")
+    }
 }
 
 enum DbCommand: Command {
@@ -53,8 +65,12 @@ enum DbCommand: Command {
             let url = try cluster.start()
             print("running: \(url)")
         case "stop":
-            try cluster.stop()
-            print("stopped")
+            if case .notCreated = try cluster.status() {
+                print("not created (\(cluster.home.path))")
+            } else {
+                try cluster.stop()
+                print("stopped")
+            }
         case "status":
             switch try cluster.status() {
             case .notCreated: print("not created (\(cluster.home.path))")
@@ -82,7 +98,7 @@ enum MigrateCommand: Command {
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         try arguments.noPositionals()
-        let connection = try Database.connect(arguments.value("--database-url"))
+        let connection = try connectDatabase(arguments).connection
         let outcome: Migrator.Outcome
         do {
             outcome = try Migrator(directory: try Migrator.locateDirectory()).migrate(connection)

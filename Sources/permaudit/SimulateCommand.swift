@@ -28,7 +28,7 @@ enum SimulateCommand: Command {
         for --duration seconds or until SIGINT/SIGTERM: traffic for live dashboards.
         """
     static let options = [
-        ("--seed <n>", "Random seed (default 1): the same seed and options give the same events."),
+        ("--seed <n>", "Random seed (default 1): the same seed and options give the same events (--live mixes in the start time)."),
         ("--subjects <n>", "Installs (default 10000; --live: the pool of installs, default 1000)."),
         ("--days <n>", "Length of the period in days (default 28)."),
         ("--start <date>", "First day, YYYY-MM-DD (default: --days days before today, UTC)."),
@@ -44,10 +44,14 @@ enum SimulateCommand: Command {
         try arguments.noPositionals()
         let seed = UInt64(try arguments.int("--seed", default: 1, range: 0...Int.max))
         if arguments.has("--live") {
-            for option in ["--out", "--days", "--start"] where arguments.value(option) != nil {
-                throw UsageError(message: "'\(option)' does not apply to --live", usage: usage)
-            }
+            try arguments.refuse(allBut: ["--live", "--rate", "--duration", "--subjects", "--seed", "--database-url"], for: "--live")
             return try live(arguments, seed: seed)
+        }
+        let period: Set<String> = ["--seed", "--subjects", "--days", "--start"]
+        if arguments.value("--out") != nil {
+            try arguments.refuse(allBut: period.union(["--out"]), for: "--out (the events go to a file, not a database)")
+        } else {
+            try arguments.refuse(allBut: period.union(["--database-url"]), for: "a simulated period (without --live)")
         }
         let simulator = Simulator(seed: seed, subjects: try arguments.int("--subjects", default: 10_000, range: 1...10_000_000),
                                   days: try arguments.int("--days", default: 28, range: 1...3650),
@@ -108,7 +112,10 @@ enum SimulateCommand: Command {
         let duration = arguments.value("--duration") == nil ? nil : Double(try arguments.int("--duration", default: 0, range: 1...Int.max))
         var model = Model()
         model.malformed = 0  // live traffic goes straight to the write path
-        let simulator = Simulator(model: model, seed: seed, subjects: try arguments.int("--subjects", default: 1000, range: 1...10_000_000),
+        // Event ids come from the seed: mixed with the start time, so that a second run (its
+        // events happen at other times) never sends an id the first one stored.
+        let runSeed = seed ^ UInt64(Date().timeIntervalSince1970 * 1_000_000)
+        let simulator = Simulator(model: model, seed: runSeed, subjects: try arguments.int("--subjects", default: 1000, range: 1...10_000_000),
                                   days: 1, start: 0)
         let log = EventLog(connection: try openDatabase(arguments))
         let stop = StopSignal()

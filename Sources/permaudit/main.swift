@@ -28,19 +28,27 @@ let topHelp = """
         print(topHelp)
         return 0
     }
-    if first == "--version" { print(version); return 0 }
+    if first == "--version" {
+        guard arguments.count == 1 else {
+            printError("Error: unexpected argument '\(arguments[1])' after '--version'\nUsage: permaudit --version")
+            return 64
+        }
+        print(version)
+        return 0
+    }
     if first == "-h" || first == "--help" { print(topHelp); return 0 }
     if first == "help" {
         guard arguments.count > 1, arguments[1] != "help" else { print(topHelp); return 0 }
         guard let command = commands.first(where: { $0.name == arguments[1] }) else {
-            printError("Error: unknown subcommand '\(arguments[1])'\nUsage: permaudit <subcommand>")
+            printError("Error: unknown subcommand '\(arguments[1])'\nUsage: permaudit help <subcommand>\n  See 'permaudit --help'.")
             return 64
         }
         print(command.help, terminator: "")
         return 0
     }
     guard let command = commands.first(where: { $0.name == first }) else {
-        printError("Error: unknown subcommand '\(first)'\nUsage: permaudit <subcommand>\n  See 'permaudit --help'.")
+        let what = first.hasPrefix("-") ? "option" : "subcommand"
+        printError("Error: unknown \(what) '\(first)'\nUsage: permaudit <subcommand>\n  See 'permaudit --help'.")
         return 64
     }
     arguments.removeFirst()
@@ -59,7 +67,7 @@ let topHelp = """
         return error.exitCode
     } catch {
         // AppendError, PostgresError and the others describe themselves without payloads.
-        printError("Error: \(error)")
+        printError("Error: \(describe(error))")
         return 1
     }
 }

@@ -106,12 +106,25 @@ final class CLITests: XCTestCase {
             (["project", "--once", "--seal-every", "5"], "'--seal-every' does not apply to --once"),
             (["project", "--status", "--wait"], "'--wait' does not apply to --status"),
             (["simulate", "--start", "2999-01-01", "--out", "/dev/null"], "'--start' 2999-01-01 with --days 28 ends after today"),
+            // An option that the chosen action or mode does not take is refused, not ignored.
+            (["simulate", "--rate", "5", "--out", "/dev/null"], "'--rate' does not apply to --out"),
+            (["simulate", "--live", "--days", "3"], "'--days' does not apply to --live"),
+            (["audit", "seal", "--from", "3"], "'--from' does not apply to audit seal"),
+            (["audit", "keygen", "--app", "x"], "'--app' does not apply to audit keygen"),
+            (["keys", "list", "--app", "x"], "'--app' does not apply to keys list"),
+            (["serve", "--listen", "[::1]:8080"], "'--listen' must name an IPv4 address"),
+            (["--bogus"], "unknown option '--bogus'"), (["--version", "extra"], "unexpected argument 'extra'"),
+            (["help", "nosuch"], "unknown subcommand 'nosuch'"),
+            (["events", "--database-url", ""], "'--database-url' is empty"),
+            // libpq quotes a malformed URL whole, password included: the message leaves it out.
+            (["events", "--database-url", "postgresql://bob:SECRETPW@[bad/db"], "'--database-url': invalid database URL: "),
         ] {
             let run = try permaudit(arguments)
             XCTAssertEqual(run.status, 64, "\(arguments)")
             XCTAssertTrue(run.stderr.hasPrefix("Error: \(message)"), run.stderr)
             XCTAssertTrue(run.stderr.contains("Usage: "), run.stderr)
             XCTAssertEqual(run.stdout, "")
+            XCTAssertFalse(run.stderr.contains("SECRETPW"), run.stderr)
         }
         XCTAssertEqual(try permaudit(["help", "help"]).stdout, try permaudit(["--help"]).stdout)
     }

@@ -80,6 +80,10 @@ final class ReportCommandTests: XCTestCase {
         let appended: Int = try Connection(url: url).query("select count(*)::bigint from audit.events").scalar()
         XCTAssertGreaterThan(appended, 50)
         XCTAssertTrue(run.stdout.hasPrefix("appended \(appended) events"), run.stdout)
+        // Run again with the same (default) seed: new event ids, not conflicts with the first run.
+        let again = try permaudit(["simulate", "--live", "--rate", "200", "--duration", "1", "--subjects", "50"])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertGreaterThan(try Connection(url: url).query("select count(*)::bigint from audit.events").scalar(Int.self), appended)
     }
 
     /// The main job, small: the embedded database of $PERMAUDIT_HOME (the test cluster), run

@@ -104,7 +104,8 @@ final class IngestorTests: XCTestCase {
         let copies = [EventFixtures.event(id: id, subject: "z-first-copy"), EventFixtures.event(id: id, subject: "a-second-copy")]
         let (ingestor, rejections) = try ingestor()
         XCTAssertEqual(try ingestor.ingest([try write([EventFixtures.event()] + copies)]).rejected, 1)
-        XCTAssertEqual(rejections.items, ["3: eventId: an event with this id was already stored with different content"])
+        // Nothing is stored: the message names the first copy, not a stored event.
+        XCTAssertEqual(rejections.items, ["3: eventId: line 2 has this id with different content"])
         XCTAssertEqual(try count(), 0)
         // The log holds the id: a first copy equal to the stored event counts as a duplicate and
         // the later copy is blamed; a first copy that differs is blamed itself.

@@ -32,6 +32,25 @@ final class MigratorTests: XCTestCase {
         }
     }
 
+    /// A database with a migration the directory does not hold (a newer permaudit migrated it) is
+    /// refused, not reported current; a directory that does not exist is named.
+    func testAMigrationTheDirectoryLacksIsRefused() throws {
+        let db = try Connection(url: url)
+        try Migrator(directory: TestDatabase.sqlDirectory).migrate(db)
+        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-sql-\(UUID())")
+        try FileManager.default.copyItem(at: TestDatabase.sqlDirectory, to: copy)
+        defer { try? FileManager.default.removeItem(at: copy) }
+        let last = try Migrator(directory: copy).migrations.last!.name
+        try FileManager.default.removeItem(at: copy.appendingPathComponent(last))
+        XCTAssertThrowsError(try Migrator(directory: copy).migrate(db)) { error in
+            XCTAssertTrue("\(error)".contains("has migration \(last) applied"), "\(error)")
+        }
+        let missing = copy.appendingPathComponent("nowhere")
+        XCTAssertThrowsError(try Migrator(directory: missing)) { error in
+            XCTAssertEqual("\(error)", "\(missing.path): cannot read the migrations directory")
+        }
+    }
+
     /// A database name is an identifier, never SQL (quotes included).
     func testTheClusterCreatesAndDropsDatabasesOfAnyName() throws {
         let cluster = try TestDatabase.cluster

@@ -93,6 +93,20 @@ final class ConnectionTests: XCTestCase {
         }
     }
 
+    /// A URL libpq cannot parse is its own error, and the message leaves out the quoted URL,
+    /// which holds the password.
+    func testAMalformedURLIsRefusedWithoutItsPassword() {
+        for url in ["postgresql://bob:SECRETPW@[bad/db", "postgresql://bob:SECRETPW@host/db?nosuchoption=1",
+                    "postgresql://bob:SECRET%zzPW@host/db", "host=x password=SECRETPW bogus"] {
+            XCTAssertThrowsError(try Connection(url: url), url) { error in
+                let error = error as? PostgresError
+                XCTAssertEqual(error?.code, .invalidConnectionString, url)
+                XCTAssertEqual(error?.message.hasPrefix("invalid database URL: "), true, url)
+                XCTAssertEqual(error.map { "\($0)" }?.contains("SECRET"), false, "\(url): \(error.map { "\($0)" } ?? "")")
+            }
+        }
+    }
+
     func testTransactionsCommitAndRollBack() throws {
         let db = try Connection(url: url)
         try db.execute("create table t (id int)")
