@@ -53,6 +53,11 @@ public struct EmbeddedCluster: Sendable {
     /// and safe to call from several processes at once (serialised by a lock file).
     @discardableResult
     public func start() throws -> String {
+        // The server's socket, run/.s.PGSQL.5432, must fit a Unix socket address (107 bytes).
+        let socket = socketDirectory.appendingPathComponent(".s.PGSQL.5432").path
+        guard socket.utf8.count <= 107 else {
+            throw ClusterError("PERMAUDIT_HOME \(home.path) is too long: the server's socket path would be \(socket.utf8.count) bytes, and a Unix socket path is at most 107")
+        }
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
             if try status() == .notCreated { try initialise() }

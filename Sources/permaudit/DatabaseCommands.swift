@@ -156,8 +156,9 @@ enum IngestCommand: Command {
         'appended N, duplicates D, rejected R'. By default all-or-nothing: if any line is invalid,
         nothing from the input is stored, the first 100 errors are printed as 'LINE: field: rule'
         and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
-        is written to FILE as {"input", "line", "reason", "raw"}, and the exit status is 3 when any
-        line was rejected (FILE must not be one of the inputs). Lines may end in LF or CRLF; a
+        is written to FILE as {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes,
+        for a line that is not UTF-8), and the exit status is 3 when any line was rejected (FILE
+        must not be one of the inputs). Lines may end in LF or CRLF; a
         UTF-8 byte order mark before the first line is skipped.
         """
     static let options = [
@@ -175,6 +176,9 @@ enum IngestCommand: Command {
             guard !isDirectory.boolValue else { throw CommandFailure(message: "\(input): is a directory") }
             guard FileManager.default.isReadableFile(atPath: input) else { throw CommandFailure(message: "\(input): not readable") }
         }
+        if arguments.value("--rejects") == "-" {
+            throw UsageError(message: "'--rejects' needs a file: standard output carries the summary", usage: usage)
+        }
         if let path = arguments.value("--rejects"), let input = inputs.first(where: { sameFile($0, path) }) {
             throw UsageError(message: "'--rejects' names an input (\(input == "-" ? "standard input" : input)): the file would be emptied before it is read", usage: usage)
         }
@@ -187,11 +191,11 @@ enum IngestCommand: Command {
         if let path = arguments.value("--rejects") {
             ingestor.mode = .storeValid
             // Owner-only: the raw lines hold subject ids, which erasure cannot reach in this file.
-            guard FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600]),
-                  let handle = FileHandle(forWritingAtPath: path) else {
-                throw CommandFailure(message: "\(path): cannot create the rejects file")
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
             }
-            rejectsFile = handle
+            rejectsFile = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         }
         ingestor.onReject = { rejection in
             if let rejectsFile {
@@ -201,6 +205,10 @@ enum IngestCommand: Command {
                 JSONValue.writeQuoted(rejection.reason, to: &line)
                 line += ",\"raw\":"
                 JSONValue.writeQuoted(String(decoding: rejection.raw, as: UTF8.self), to: &line)
+                // JSON text holds no invalid UTF-8: "raw" shows such bytes as U+FFFD, "rawBase64" keeps them.
+                if String(validating: rejection.raw, as: UTF8.self) == nil {
+                    line += ",\"rawBase64\":\"\(Data(rejection.raw).base64EncodedString())\""
+                }
                 line += "}\n"
                 rejectsFile.write(Data(line.utf8))
             } else if printed < 100 {

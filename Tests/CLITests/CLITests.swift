@@ -208,6 +208,19 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(rejected[0].hasPrefix("{\"input\":"))
         XCTAssertTrue(rejected[0].contains("\"line\":3"))
         XCTAssertTrue(rejected[1].contains("\"raw\":"))
+        XCTAssertFalse(rejected[1].contains("\"rawBase64\":"), "a UTF-8 line is given once")
+
+        // A line that is not UTF-8 keeps its exact bytes in "rawBase64" ("raw" cannot hold them).
+        let notUTF8: [UInt8] = Array("{\"eventId\": \"".utf8) + [0xC3, 0x28] + Array("\"}\n".utf8)
+        let binary = directory.appendingPathComponent("binary.ndjson")
+        try Data(notUTF8).write(to: binary)
+        XCTAssertEqual(try permaudit(["ingest", binary.path, "--rejects", rejects.path]).status, 3)
+        let record = try JSONSerialization.jsonObject(with: Data(contentsOf: rejects)) as? [String: Any]
+        XCTAssertEqual((record?["rawBase64"] as? String).flatMap { Data(base64Encoded: $0) }, Data(notUTF8.dropLast()))
+        for (path, message) in [("-", "'--rejects' needs a file"), (directory.path, "cannot create the rejects file (Is a directory)")] {
+            let run = try permaudit(["ingest", input.path, "--rejects", path])
+            XCTAssertTrue(run.stderr.contains(message), run.stderr)
+        }
 
         let missing = try permaudit(["ingest", directory.appendingPathComponent("nope").path])
         XCTAssertEqual(missing.status, 1)

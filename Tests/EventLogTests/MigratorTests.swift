@@ -64,6 +64,16 @@ final class MigratorTests: XCTestCase {
         XCTAssertFalse(try admin.query("select exists (select 1 from pg_database where datname = $1)", [name]).scalar(Bool.self))
     }
 
+    /// A home whose socket path cannot fit a Unix socket address is refused before anything is
+    /// created (the server would fail with a message only its log shows).
+    func testAHomeTooLongForTheSocketIsRefused() {
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent(String(repeating: "h", count: 100))
+        XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
+            XCTAssertTrue("\(error)".contains("is too long"), "\(error)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
+    }
+
     func testAFailingMigrationLeavesNothingHalfApplied() throws {
         let db = try Connection(url: url)
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-sql-\(UUID())")
