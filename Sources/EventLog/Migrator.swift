@@ -95,7 +95,6 @@ public struct Migrator {
         let known = Set(migrations.map(\.version))
         if let unknown = recorded.first(where: { !known.contains($0.0) }) {
             throw MigrationError("""
-
                 the database has migration \(unknown.1) applied, which \(directory.path) does not hold: \
                 this permaudit is older than the database, or PERMAUDIT_SQL_DIR names another sql/ directory
                 """)

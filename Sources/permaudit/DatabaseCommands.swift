@@ -158,8 +158,8 @@ enum IngestCommand: Command {
         and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
         is written to FILE as {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes,
         for a line that is not UTF-8), and the exit status is 3 when any line was rejected (FILE
-        must not be one of the inputs). Lines may end in LF or CRLF; a
-        UTF-8 byte order mark before the first line is skipped.
+        must not be one of the inputs; it is created with mode 0600). Lines may end in LF or CRLF;
+        a UTF-8 byte order mark before the first line is skipped.
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
@@ -192,7 +192,7 @@ enum IngestCommand: Command {
             ingestor.mode = .storeValid
             // Owner-only: the raw lines hold subject ids, which erasure cannot reach in this file.
             let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard descriptor >= 0 else {
+            guard descriptor >= 0, fchmod(descriptor, 0o600) == 0 else {
                 throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
             }
             rejectsFile = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)

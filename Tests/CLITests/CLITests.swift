@@ -214,7 +214,10 @@ final class CLITests: XCTestCase {
         let notUTF8: [UInt8] = Array("{\"eventId\": \"".utf8) + [0xC3, 0x28] + Array("\"}\n".utf8)
         let binary = directory.appendingPathComponent("binary.ndjson")
         try Data(notUTF8).write(to: binary)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: rejects.path)
         XCTAssertEqual(try permaudit(["ingest", binary.path, "--rejects", rejects.path]).status, 3)
+        // An existing rejects file is owner-only afterwards too: its lines hold install ids.
+        XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: rejects.path)[.posixPermissions] as? Int, 0o600)
         let record = try JSONSerialization.jsonObject(with: Data(contentsOf: rejects)) as? [String: Any]
         XCTAssertEqual((record?["rawBase64"] as? String).flatMap { Data(base64Encoded: $0) }, Data(notUTF8.dropLast()))
         for (path, message) in [("-", "'--rejects' needs a file"), (directory.path, "cannot create the rejects file (Is a directory)")] {
