@@ -119,6 +119,58 @@ final class DashboardQueryTests: XCTestCase {
         }
     }
 
+    /// The rows of a panel's query with every variable at "All", by column name.
+    func rows(of panelTitle: String, in uid: String, db: Connection, from: Date, to: Date) throws -> [[String: String?]] {
+        let dashboard = try Dashboard.load(directory: Self.dashboardsDirectory).filter { $0.uid == uid }
+        let query = try XCTUnwrap(try PanelQuery.all(dashboard, on: db, from: from, to: to).first { $0.target.panelTitle == panelTitle }, panelTitle)
+        let result = try db.query(query.sql)
+        return (0..<result.count).map { row in
+            Dictionary(uniqueKeysWithValues: result.columns.enumerated().map { ($0.element, result[row, $0.offset]) })
+        }
+    }
+
+    /// The contract keys experiment arms by (app, experiment, variant) and priming arms by (app,
+    /// platform, permission, arm): with every app selected, each row is one app's arm, compared
+    /// with the baseline of the same app (the synthetic apps all run the same experiment key, so
+    /// pooling them would give other counts and other lifts).
+    func testArmsAreComparedWithinAnApp() throws {
+        let (db, from, to) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        let experiments: [[String: String?]] = try rows(of: "Experiment arms: access rate, interval and lift", in: "permaudit-priming", db: db, from: from, to: to)
+        let primed: [[String: String?]] = try rows(of: "Primed vs unprimed: access rate, interval and lift", in: "permaudit-priming", db: db, from: from, to: to)
+        for (table, keys, baseline, view) in [
+            (experiments, ["app", "experiment", "variant"], ("variant", "control"), "analytics.experiment_arms"),
+            (primed, ["app", "platform", "permission", "arm"], ("arm", "unprimed"), "analytics.priming_arms"),
+        ] {
+            XCTAssertGreaterThanOrEqual(Set(table.compactMap { $0["app"] ?? nil }).count, 2, "\(view): arms of several apps")
+            XCTAssertEqual(Set(table.map { row in keys.map { row[$0] ?? nil } }).count, table.count, "\(view): one row per \(keys)")
+            let counts = try db.query("select \(keys.joined(separator: ", ")), attempts, granted + limited from \(view)")
+            var expected: [[String?]: (n: Double, x: Double)] = [:]
+            for row in 0..<counts.count {
+                expected[keys.indices.map { counts[row, $0] }] = (try counts.value(row, keys.count, as: Double.self), try counts.value(row, keys.count + 1, as: Double.self))
+            }
+            XCTAssertEqual(expected.count, table.count, view)
+            for row in table {
+                let key = keys.map { row[$0] ?? nil }
+                let arm = try XCTUnwrap(expected[key], "\(key)")
+                XCTAssertEqual(Double(row["attempts"]! ?? ""), arm.n, "\(key)")
+                guard row[baseline.0] != baseline.1 else { continue }
+                // The baseline is the same app's (and platform's and permission's) arm.
+                var baseKey = key
+                baseKey[keys.firstIndex(of: baseline.0)!] = baseline.1
+                guard let base = expected[baseKey], base.x > 0, let lift = Double(row["lift %"]! ?? "") else { continue }
+                XCTAssertEqual(lift, 100 * ((arm.x / arm.n) / (base.x / base.n) - 1), accuracy: 0.051, "\(key) against \(baseKey)")
+            }
+        }
+        // The time series name each arm with its app.
+        let apps = try db.query("select distinct app from analytics.experiment_arms").column(as: String.self)
+        for title in ["Access rate by experiment variant", "Denial at the dialog, primed vs unprimed"] {
+            let labels = try rows(of: title, in: "permaudit-priming", db: db, from: from, to: to).compactMap { $0["arm"] ?? nil }
+            XCTAssertFalse(labels.isEmpty, title)
+            for label in labels { XCTAssertTrue(apps.contains { label.hasPrefix($0 + " ") || label.hasPrefix($0 + ":") }, "\(title): \(label) names no app") }
+        }
+    }
+
     /// A time series frame needs a `time` column and a numeric value; a table any columns.
     func assertShape(_ result: QueryResult, format: String, label: String) throws {
         XCTAssertFalse(result.columns.isEmpty, label)
