@@ -1,3 +1,4 @@
+import Analytics
 import Benchmarks
 import Dashboards
 import EventLog
@@ -119,6 +120,32 @@ final class DashboardQueryTests: XCTestCase {
         }
     }
 
+    /// The contract's statistics of an arm against its baseline (domain section 4), as the report
+    /// computes them: Wilson 95% interval, difference with its unpooled Wald 95% interval, relative
+    /// lift, pooled z-test p-value, the too-small flag; the panel rounds to 0.1 points (p-value 1e-4).
+    func assertStatistics(_ row: [String: String?], arm: Proportion, baseline: Proportion, label: String) throws {
+        func number(_ column: String) throws -> Double? {
+            let text = try XCTUnwrap(row[column], "\(label): no column \(column) in \(row.keys.sorted())")
+            return text.flatMap(Double.init)
+        }
+        let comparison = try XCTUnwrap(Statistics.compare(arm, baseline: baseline), label)
+        let wilson = try XCTUnwrap(Statistics.wilson(arm), label)
+        let expected: [(String, Double?)] = [
+            ("95% low %", 100 * wilson.low), ("95% high %", 100 * wilson.high),
+            ("difference (points)", 100 * comparison.difference),
+            ("difference 95% low (points)", 100 * comparison.differenceInterval.low),
+            ("difference 95% high (points)", 100 * comparison.differenceInterval.high),
+            ("lift %", comparison.relativeLift.map { 100 * $0 }),
+        ]
+        for (column, value) in expected {
+            let shown = try number(column)
+            XCTAssertEqual(shown == nil, value == nil, "\(label): \(column)")
+            if let shown, let value { XCTAssertEqual(shown, value, accuracy: 0.051, "\(label): \(column)") }
+        }
+        if let p = try number("p-value"), let value = comparison.pValue { XCTAssertEqual(p, value, accuracy: 0.0001, "\(label): p-value") }
+        XCTAssertEqual(row["too small to judge"] ?? nil, arm.isTooSmall ? "t" : "f", "\(label): too small to judge")
+    }
+
     /// The rows of a panel's query with every variable at "All", by column name.
     func rows(of panelTitle: String, in uid: String, db: Connection, from: Date, to: Date) throws -> [[String: String?]] {
         let dashboard = try Dashboard.load(directory: Self.dashboardsDirectory).filter { $0.uid == uid }
@@ -132,7 +159,7 @@ final class DashboardQueryTests: XCTestCase {
     /// The contract keys experiment arms by (app, experiment, variant) and priming arms by (app,
     /// platform, permission, arm): with every app selected, each row is one app's arm, compared
     /// with the baseline of the same app (the synthetic apps all run the same experiment key, so
-    /// pooling them would give other counts and other lifts).
+    /// pooling them would give other counts and other lifts), with the contract's statistics.
     func testArmsAreComparedWithinAnApp() throws {
         let (db, from, to) = try simulatedLog()
         try db.execute("set role permaudit_analyst")
@@ -158,8 +185,9 @@ final class DashboardQueryTests: XCTestCase {
                 // The baseline is the same app's (and platform's and permission's) arm.
                 var baseKey = key
                 baseKey[keys.firstIndex(of: baseline.0)!] = baseline.1
-                guard let base = expected[baseKey], base.x > 0, let lift = Double(row["lift %"]! ?? "") else { continue }
-                XCTAssertEqual(lift, 100 * ((arm.x / arm.n) / (base.x / base.n) - 1), accuracy: 0.051, "\(key) against \(baseKey)")
+                guard let base = expected[baseKey] else { continue }
+                try assertStatistics(row, arm: Proportion(Int(arm.x), of: Int(arm.n)), baseline: Proportion(Int(base.x), of: Int(base.n)),
+                                     label: "\(key) against \(baseKey)")
             }
         }
         // The time series name each arm with its app.
