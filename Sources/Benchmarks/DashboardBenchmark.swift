@@ -10,13 +10,14 @@ public struct PanelQuery: Sendable {
     public var target: Dashboard.Target
     public var sql: String
 
-    /// Every target of `dashboards` for the range [from, to] with each variable at "All", its
-    /// options read by running the variable's query on `db` (as whatever role `db` has).
+    /// Every target of `dashboards` for the range [from, to] with each variable at "All" (its
+    /// custom all value, or its options read by running the variable's query on `db`, as
+    /// whatever role `db` has).
     public static func all(_ dashboards: [Dashboard], on db: Connection, from: Date, to: Date) throws -> [PanelQuery] {
         try dashboards.flatMap { dashboard -> [PanelQuery] in
             var variables: [String: GrafanaQuery.Variable] = [:]
             for variable in dashboard.variables {
-                variables[variable.name] = .all(try db.query(variable.query).column(as: String.self))
+                variables[variable.name] = .all(try db.query(variable.query).column(as: String.self), allValue: variable.allValue)
             }
             return try dashboard.targets.map { target in
                 let query = try GrafanaQuery.forTarget(target, from: from, to: to, variables: variables)

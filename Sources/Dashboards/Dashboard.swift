@@ -9,6 +9,11 @@ public struct Dashboard: Sendable {
         public var query: String
         public var multi: Bool
         public var includeAll: Bool
+        /// The custom value "All" stands for (Grafana inserts it as written, unquoted); nil: all
+        /// the options' values.
+        public var allValue: String?
+        /// When Grafana reloads the options: 1 on dashboard load, 2 on time range change.
+        public var refresh: Int
     }
 
     public struct Target: Sendable {
@@ -40,8 +45,10 @@ public struct Dashboard: Sendable {
         let list = (root["templating"] as? [String: Any])?["list"] as? [[String: Any]] ?? []
         variables = list.filter { $0["type"] as? String == "query" }.map { item in
             let query = item["query"] as? String ?? (item["query"] as? [String: Any])?["rawSql"] as? String ?? ""
+            let allValue = (item["allValue"] as? String).flatMap { $0.isEmpty ? nil : $0 }
             return Variable(name: item["name"] as? String ?? "", query: query,
-                            multi: item["multi"] as? Bool ?? false, includeAll: item["includeAll"] as? Bool ?? false)
+                            multi: item["multi"] as? Bool ?? false, includeAll: item["includeAll"] as? Bool ?? false,
+                            allValue: allValue, refresh: item["refresh"] as? Int ?? 0)
         }
         var targets: [Target] = []
         func collect(_ panels: [[String: Any]]) {

@@ -18,13 +18,20 @@ public struct GrafanaQuery: Sendable {
         /// Multi-value or with an "All" option: Grafana then quotes even a single value.
         public var quotesSingleValue: Bool
 
-        public init(values: [String], quotesSingleValue: Bool) {
+        /// "All" of a variable with a custom all value: that text, inserted as written (Grafana
+        /// neither quotes nor escapes it, whatever the format).
+        public var customAllValue: String?
+
+        public init(values: [String], quotesSingleValue: Bool, customAllValue: String? = nil) {
             self.values = values
             self.quotesSingleValue = quotesSingleValue
+            self.customAllValue = customAllValue
         }
 
-        /// "All" selected (no custom all value): every option's value.
-        public static func all(_ options: [String]) -> Variable { Variable(values: options, quotesSingleValue: true) }
+        /// "All" selected: the custom all value if the variable has one, else every option's value.
+        public static func all(_ options: [String], allValue: String? = nil) -> Variable {
+            Variable(values: options, quotesSingleValue: true, customAllValue: allValue)
+        }
     }
 
     public var from: Date
@@ -60,6 +67,12 @@ public struct GrafanaQuery: Sendable {
     }
 
     static func format(_ variable: Variable, as format: String?, name: String) throws -> String {
+        if let custom = variable.customAllValue {
+            guard format == nil || ["sqlstring", "singlequote", "csv", "raw"].contains(format!) else {
+                throw GrafanaQueryError("variable '\(name)': format '\(format!)' is not supported")
+            }
+            return custom
+        }
         let quoted = variable.values.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }
         switch format {
         case nil:

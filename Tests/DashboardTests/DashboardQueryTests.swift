@@ -42,7 +42,20 @@ final class DashboardQueryTests: XCTestCase {
             XCTAssertFalse(dashboard.targets.isEmpty, dashboard.file)
             XCTAssertTrue(Set(dashboard.variables.map(\.name)).isSuperset(of: ["app", "platform"]), dashboard.file)
             for variable in dashboard.variables {
-                XCTAssertTrue(variable.multi && variable.includeAll, "\(dashboard.file): \(variable.name)")
+                let label = "\(dashboard.file): \(variable.name)"
+                XCTAssertTrue(variable.multi && variable.includeAll, label)
+                // "All" is a custom value, so that it stands for every value even when the option
+                // list is empty or older than the data; it is a SQL literal that no app, platform or
+                // flow can equal (the contract allows [A-Za-z0-9._-] only).
+                let allValue = try XCTUnwrap(variable.allValue, label)
+                XCTAssertTrue(allValue.hasPrefix("'") && allValue.hasSuffix("'") && allValue.count > 2, label)
+                XCTAssertNotNil(allValue.dropFirst().dropLast().range(of: "[^A-Za-z0-9._-]", options: .regularExpression), label)
+                XCTAssertFalse(allValue.dropFirst().dropLast().contains("'"), label)
+                XCTAssertEqual(variable.refresh, 2, "\(label): options reloaded on time range change")
+                // Only the analytics views; where the app and platform options come from the log
+                // intake, they include events the projector has not reached.
+                XCTAssertFalse(variable.query.contains("audit.") || variable.query.contains("projection."), label)
+                if ["app", "platform"].contains(variable.name) { XCTAssertTrue(variable.query.contains("analytics.log_intake_"), label) }
             }
             for target in dashboard.targets {
                 let label = "\(dashboard.file): \(target.panelTitle)"
@@ -73,6 +86,64 @@ final class DashboardQueryTests: XCTestCase {
             do { result = try db.query(query.sql) } catch { XCTFail("\(label): \(error)\n\(query.sql)"); continue }
             XCTAssertGreaterThan(result.count, 0, label)
             try assertShape(result, format: query.target.format, label: label)
+        }
+    }
+
+    /// "All" (the custom all value) selects what listing every option selects.
+    func testAllStandsForEveryValue() throws {
+        let (db, from, to) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        for dashboard in try Dashboard.load(directory: Self.dashboardsDirectory) {
+            var custom: [String: GrafanaQuery.Variable] = [:], listed: [String: GrafanaQuery.Variable] = [:]
+            for variable in dashboard.variables {
+                let options = try db.query(variable.query).column(as: String.self)
+                custom[variable.name] = .all(options, allValue: variable.allValue)
+                listed[variable.name] = .all(options)
+            }
+            for target in dashboard.targets {
+                func rows(_ variables: [String: GrafanaQuery.Variable]) throws -> [[String?]] {
+                    let result = try db.query(try GrafanaQuery.forTarget(target, from: from, to: to, variables: variables).expand(target.rawSQL))
+                    return (0..<result.count).map { row in result.columns.indices.map { result[row, $0] } }
+                }
+                XCTAssertEqual(try rows(custom), try rows(listed), "\(dashboard.file): \(target.panelTitle)")
+            }
+        }
+    }
+
+    /// On an empty log the option lists are empty and every panel still runs with "All"; with
+    /// events not projected yet (a fresh deploy, a rebuild), the app and platform options come from
+    /// the log intake and the intake panels count those events.
+    func testAllWorksOnAnEmptyLogAndBeforeTheProjector() throws {
+        let db = try Connection(url: url)
+        let dashboards = try Dashboard.load(directory: Self.dashboardsDirectory)
+        let from = Date().addingTimeInterval(-3 * 3600), to = Date().addingTimeInterval(3600)
+        func panels() throws -> [(label: String, result: QueryResult)] {
+            try PanelQuery.all(dashboards, on: db, from: from, to: to).map { query in
+                let label = "\(query.dashboard): \(query.target.panelTitle)"
+                do { return (label, try db.query(query.sql)) } catch { XCTFail("\(label): \(error)\n\(query.sql)"); throw error }
+            }
+        }
+        try db.execute("set role permaudit_analyst")
+        for dashboard in dashboards {
+            for variable in dashboard.variables { XCTAssertEqual(try db.query(variable.query).count, 0, "\(dashboard.file): \(variable.name)") }
+        }
+        _ = try panels()
+
+        try db.execute("reset role")
+        try EventLog(connection: db).append([EventFixtures.event(subject: "fresh", app: "com.example.fresh")])
+        try db.query("select audit.record_rejected(null, $1, $2, 3)", ["com.example.rejects-only", "ios"])
+        try db.execute("set role permaudit_analyst")
+        for dashboard in dashboards {
+            for variable in dashboard.variables where ["app", "platform"].contains(variable.name) {
+                let options = Set(try db.query(variable.query).column(as: String.self))
+                XCTAssertEqual(options, variable.name == "app" ? ["com.example.fresh", "com.example.rejects-only"] : ["android", "ios"],
+                               "\(dashboard.file): \(variable.name)")
+            }
+        }
+        let results = try panels()
+        for title in ["Events appended per minute", "Duplicates and rejects per minute"] {
+            let result = try XCTUnwrap(results.first { $0.label.hasSuffix(": " + title) }, title).result
+            XCTAssertGreaterThan(result.count, 0, title)
         }
     }
 

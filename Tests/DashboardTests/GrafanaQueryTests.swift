@@ -55,6 +55,14 @@ final class GrafanaQueryTests: XCTestCase {
         XCTAssertThrowsError(try query(variables).expand("${app:json}"))
     }
 
+    /// A custom all value goes in as written, even with no options and whatever the format.
+    func testCustomAllValue() throws {
+        let variables: [String: GrafanaQuery.Variable] = ["app": .all([], allValue: "'(all)'"), "flow": .all(["a", "b"], allValue: "'(all)'")]
+        XCTAssertEqual(try query(variables).expand("('(all)' in ($app) or app in ($app)) and flow in (${flow:sqlstring}) and [[flow]]"),
+                       "('(all)' in ('(all)') or app in ('(all)')) and flow in ('(all)') and '(all)'")
+        XCTAssertEqual(try query(["app": .all([])]).expand("app in ($app)"), "app in ()")
+    }
+
     func testIntervals() throws {
         XCTAssertEqual(try GrafanaQuery.interval(from: from, to: from.addingTimeInterval(30 * 86400), minInterval: "1d"), 86400)
         XCTAssertEqual(try GrafanaQuery.interval(from: from, to: from.addingTimeInterval(30 * 86400), minInterval: "1m"), 2592)
