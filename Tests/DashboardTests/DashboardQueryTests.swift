@@ -164,6 +164,25 @@ final class DashboardQueryTests: XCTestCase {
         }
     }
 
+    /// Duplicates and rejects are per minute too: a bucket's count over its minutes, whatever
+    /// the interval.
+    func testDuplicatesAndRejectsPerMinuteOverShortAndLongRanges() throws {
+        let (db, _, to) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        let health = try Dashboard.load(directory: Self.dashboardsDirectory).filter { $0.uid == "permaudit-health" }
+        for start in [to.addingTimeInterval(-3 * 3600), to.addingTimeInterval(-3 * 86400)] {
+            let query = try XCTUnwrap(try PanelQuery.all(health, on: db, from: start, to: to).first { $0.target.panelTitle == "Duplicates and rejects per minute" })
+            let rows = try db.query(query.sql).decode((Double, Double, Double).self)
+            let seconds = max(try GrafanaQuery.interval(from: start, to: to, minInterval: query.target.minInterval), 60)
+            XCTAssertFalse(rows.isEmpty, query.sql)
+            XCTAssertTrue(rows.allSatisfy { $0.0.truncatingRemainder(dividingBy: seconds) == 0 }, "buckets of \(seconds) s")
+            // One duplicate and two rejected events, recorded now; the panel rounds to 0.001 per minute.
+            let rounding = 0.0005 * seconds / 60 * Double(rows.count)
+            XCTAssertEqual(rows.map { $0.1 * seconds / 60 }.reduce(0, +), 1, accuracy: rounding, "duplicates in buckets of \(seconds) s")
+            XCTAssertEqual(rows.map { $0.2 * seconds / 60 }.reduce(0, +), 2, accuracy: rounding, "rejected in buckets of \(seconds) s")
+        }
+    }
+
     func testSingleAndMultipleSelections() throws {
         let (db, from, to) = try simulatedLog()
         try db.execute("set role permaudit_analyst")
