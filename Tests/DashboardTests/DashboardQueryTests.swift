@@ -183,6 +183,19 @@ final class DashboardQueryTests: XCTestCase {
         }
     }
 
+    /// The late-events panel shows the days of occurredAt that the range touches: a few hours
+    /// within a day (the health dashboard's default is 6 hours) show that day.
+    func testLateEventsOverAFewHoursShowTheirDay() throws {
+        let (db, from, _) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        let health = try Dashboard.load(directory: Self.dashboardsDirectory).filter { $0.uid == "permaudit-health" }
+        // The synthetic events occur from 2026-09-21 14:13 UTC; from + 1 day is that day's midnight.
+        let start = from.addingTimeInterval(86400 + 15 * 3600)
+        let query = try XCTUnwrap(try PanelQuery.all(health, on: db, from: start, to: start.addingTimeInterval(6 * 3600)).first { $0.target.panelTitle == "Late events" })
+        let days = try db.query(query.sql).decode((Double, String, Double).self).map(\.0)
+        XCTAssertEqual(Set(days), [from.addingTimeInterval(86400).timeIntervalSince1970], query.sql)
+    }
+
     func testSingleAndMultipleSelections() throws {
         let (db, from, to) = try simulatedLog()
         try db.execute("set role permaudit_analyst")
