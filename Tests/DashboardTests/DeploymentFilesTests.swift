@@ -84,11 +84,75 @@ final class DeploymentFilesTests: XCTestCase {
         XCTAssertTrue(names.isSuperset(of: ["POSTGRES_PASSWORD", "PERMAUDIT_ANALYST_PASSWORD", "GRAFANA_ADMIN_PASSWORD"]))
         for name in names { XCTAssertTrue(example.contains("\n\(name)="), "\(name) missing from .env.example") }
         XCTAssertTrue(try text(".gitignore").split(separator: "\n").contains(".env"), ".env stays out of git")
+        // Every setting the compose files read, required or with a default, is in .env.example.
+        for file in ["docker-compose.yml", Self.externalPostgres] {
+            for name in try Self.names(#"(?<!\$)\$\{(\w+)"#, in: lines(file).joined(separator: "\n")) {
+                XCTAssertTrue(example.contains("\n\(name)="), "\(file): \(name) missing from .env.example")
+            }
+        }
         // The data source provisioning reads these from Grafana's environment.
         let datasource = try text("dashboards/provisioning/datasources/permaudit.yaml")
-        for name in ["PERMAUDIT_GRAFANA_DB_HOST", "POSTGRES_DB", "PERMAUDIT_GRAFANA_DB_SSLMODE", "PERMAUDIT_ANALYST_PASSWORD"] {
-            XCTAssertTrue(datasource.contains("${\(name)}"), name)
+        let read = try Self.names(#"\$\{(\w+)\}"#, in: datasource)
+        XCTAssertTrue(read.isSuperset(of: ["PERMAUDIT_GRAFANA_DB_HOST", "POSTGRES_DB", "PERMAUDIT_GRAFANA_DB_SSLMODE",
+                                           "PERMAUDIT_GRAFANA_DB_ROOT_CERT", "PERMAUDIT_ANALYST_PASSWORD"]), "\(read)")
+        for name in read {
             XCTAssertTrue(compose.contains("      \(name): "), "\(name) not given to grafana")
+        }
+    }
+
+    static let externalPostgres = "deploy/compose.external-postgres.yml"
+
+    static func names(_ pattern: String, in text: String) throws -> Set<String> {
+        let regex = try NSRegularExpression(pattern: pattern)
+        return Set(regex.matches(in: text, range: NSRange(text.startIndex..., in: text)).map { String(text[Range($0.range(at: 1), in: text)!]) })
+    }
+
+    /// The services of a compose file: name -> the lines of its definition (comments removed).
+    func services(_ path: String) throws -> [String: [String]] {
+        var result: [String: [String]] = [:], current: String?, inServices = false
+        for line in try lines(path) where !line.trimmingCharacters(in: .whitespaces).isEmpty {
+            let indent = line.prefix { $0 == " " }.count
+            if indent == 0 { inServices = line.hasPrefix("services:"); current = nil; continue }
+            guard inServices else { continue }
+            if indent == 2 { current = String(line.trimmingCharacters(in: .whitespaces).dropLast()); result[current!] = []; continue }
+            if let current { result[current]!.append(line) }
+        }
+        return result
+    }
+
+    /// The database server and TLS mode come from .env (defaults: the postgres service, no TLS),
+    /// for the owner's connections and Grafana's alike.
+    func testTheDatabaseServerIsASetting() throws {
+        let compose = try lines("docker-compose.yml").joined(separator: "\n")
+        XCTAssertEqual(compose.components(separatedBy: "postgres:5432").count - 1, compose.components(separatedBy: "${PERMAUDIT_DB_HOST:-postgres:5432}").count - 1)
+        XCTAssertEqual(compose.components(separatedBy: "sslmode").count - 1, compose.components(separatedBy: "sslmode=${PERMAUDIT_DB_SSLMODE:-disable}").count - 1)
+        XCTAssertTrue(compose.contains("PERMAUDIT_GRAFANA_DB_HOST: ${PERMAUDIT_DB_HOST:-postgres:5432}"))
+        XCTAssertTrue(compose.contains("PERMAUDIT_GRAFANA_DB_SSLMODE: ${PERMAUDIT_DB_SSLMODE:-disable}"))
+        let base = try services("docker-compose.yml")
+        for (name, body) in base where body.contains(where: { $0.contains("<<: *permaudit") }) || name == "migrate" {
+            XCTAssertFalse(body.contains { $0.contains("DATABASE_URL:") && !$0.contains("*database-url") }, "\(name) has its own DATABASE_URL")
+        }
+    }
+
+    /// deploy/compose.external-postgres.yml leaves a valid project without the postgres service:
+    /// every service that waited for postgres no longer does, postgres never starts, and every
+    /// service that connects gets the CA certificate.
+    func testTheExternalPostgresOverride() throws {
+        let base = try services("docker-compose.yml"), override = try services(Self.externalPostgres)
+        XCTAssertTrue(Set(override.keys).isSubset(of: Set(base.keys)), "\(override.keys) not all in docker-compose.yml")
+        XCTAssertTrue(try XCTUnwrap(override["postgres"]).contains { $0.contains("profiles:") }, "postgres gets a profile nobody enables")
+        for (name, body) in base {
+            let dependsOnPostgres = body.indices.contains { body[$0].trimmingCharacters(in: .whitespaces) == "depends_on:" && body[($0 + 1)...].prefix { $0.hasPrefix("      ") }.contains { $0.trimmingCharacters(in: .whitespaces) == "postgres:" } }
+            if dependsOnPostgres {
+                XCTAssertTrue(override[name]?.contains { $0.contains("depends_on: !reset") } ?? false, "\(name) still depends on postgres")
+            }
+            let connects = body.contains { $0.contains("<<: *permaudit") || $0.contains("DATABASE_URL: *database-url") } || name == "grafana"
+            if connects {
+                let lines = override[name] ?? []
+                XCTAssertTrue(lines.contains { $0.contains("${PERMAUDIT_DB_ROOT_CERT:?") && $0.hasSuffix(":/etc/permaudit/db-root.crt:ro") }, "\(name) gets no CA certificate")
+                let variable = name == "grafana" ? "PERMAUDIT_GRAFANA_DB_ROOT_CERT" : "PGSSLROOTCERT"
+                XCTAssertTrue(lines.contains { $0.trimmingCharacters(in: .whitespaces) == "\(variable): /etc/permaudit/db-root.crt" }, "\(name): \(variable)")
+            }
         }
     }
 
