@@ -179,11 +179,37 @@ final class DeploymentFilesTests: XCTestCase {
         }
     }
 
+    /// deploy/analyst-login.sql fails (psql status 3) without a password or with an empty one,
+    /// even when the caller did not set ON_ERROR_STOP; with one, it gives the analyst LOGIN (in a
+    /// transaction rolled back: roles belong to the whole test cluster).
+    func testAnalystLoginNeedsAPassword() throws {
+        guard let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            throw XCTSkip("no psql")
+        }
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let script = root.appendingPathComponent("deploy/analyst-login.sql").path
+        for (arguments, message) in [([], "no password"), (["-v", "analyst_password="], "the password is empty")] {
+            let run = try Self.run(psql, [url, "-X"] + arguments + ["-f", script])
+            XCTAssertEqual(run.status, 3, "\(arguments): \(run.stderr)")
+            XCTAssertTrue(run.stderr.contains("analyst-login.sql: \(message)"), run.stderr)
+        }
+        let run = try Self.run(psql, [url, "-X", "-At", "-v", "analyst_password=it's a \"secret\"", "-c", "begin", "-f", script,
+                                      "-c", "select rolcanlogin and rolpassword like 'SCRAM-SHA-256$%' from pg_authid where rolname = 'permaudit_analyst'",
+                                      "-c", "rollback"])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        XCTAssertEqual(run.stdout.split(separator: "\n"), ["BEGIN", "ALTER ROLE", "t", "ROLLBACK"])
+    }
+
     static func permaudit(_ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
         let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("permaudit")
+        return try run(FileManager.default.isExecutableFile(atPath: beside.path)
+            ? beside.path : TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit").path, arguments)
+    }
+
+    static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
         let process = Process()
-        process.executableURL = FileManager.default.isExecutableFile(atPath: beside.path)
-            ? beside : TestDatabase.packageRoot.appendingPathComponent(".build/debug/permaudit")
+        process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         let out = Pipe(), err = Pipe()
         process.standardOutput = out
