@@ -40,7 +40,7 @@ public enum Findings {
                 evidence: "\(prompted) system dialogs asked for full library access in the single-selection flow \(flow)",
                 guidance: platform == "android"
                     ? "Use the Android photo picker (PickVisualMedia), which needs no permission; Google Play policy (2024-25) requires the picker for apps that only pick photos occasionally and allows READ_MEDIA_IMAGES/VIDEO only for apps whose core function needs broad access."
-                    : "Use PHPickerViewController, which runs out of process and needs no photo-library permission."))
+                    : "Use PHPickerViewController (iOS 14+; UIImagePickerController before it), which runs out of process and needs no photo-library permission."))
         }
 
         // Every request counts, with or without a dialog: on 13+ the system denies it without one.
@@ -81,7 +81,9 @@ public enum Findings {
             let unprimed = Double(unprimedDenied) / Double(unprimedPrompted), primed = Double(primedDenied) / Double(primedPrompted)
             let pooled = Double(unprimedDenied + primedDenied) / Double(unprimedPrompted + primedPrompted)
             let se = (pooled * (1 - pooled) * (1 / Double(unprimedPrompted) + 1 / Double(primedPrompted))).squareRoot()
-            guard unprimed - primed >= 0.10, se > 0, (unprimed - primed) / se > 2.576 else { continue }  // 10 pp, p < 0.01
+            // At least 10 points, compared in integers: 0.7 - 0.6 is below 0.1 in floating point.
+            let tenPoints = 10 * (unprimedDenied * primedPrompted - primedDenied * unprimedPrompted) >= unprimedPrompted * primedPrompted
+            guard tenPoints, se > 0, (unprimed - primed) / se > 2.576 else { continue }  // p < 0.01
             findings.append(Finding(
                 rule: "unprimed-denials", severity: .medium, app: app, platform: platform, subject: permission ?? "(no permission)",
                 count: unprimedPrompted,
@@ -100,7 +102,8 @@ public enum Findings {
             findings.append(Finding(
                 rule: "repeated-after-denial", severity: .medium, app: app, platform: platform, subject: permission ?? "(no permission)",
                 count: attempts,
-                evidence: "\(attempts) requests after a permanent denial, answered by the system without a dialog",
+                evidence: "\(attempts) requests answered \"denied\" by the system without a dialog, "
+                    + (platform == "ios" ? "as iOS does after a denial" : "as Android does after \"don't ask again\""),
                 guidance: platform == "ios"
                     ? "After a denial iOS shows the dialog no more: check authorizationStatus first and offer Settings instead of requesting again."
                     : "After two denials Android 11+ shows the dialog no more (\"don't ask again\"): use shouldShowRequestPermissionRationale and offer Settings."))

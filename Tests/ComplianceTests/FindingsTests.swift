@@ -70,4 +70,27 @@ final class FindingsTests: XCTestCase {
                                                                  "permission": EventFixtures.quoted("ios.photos.readWrite")])], to: db)
         XCTAssertNil(try Findings.all(db).first { $0.rule == "limited-never-offered" })
     }
+
+    /// "At least 10 points" includes 10 points: 70% unprimed against 60% primed (400 dialogs
+    /// each, z = 2.97) is flagged, though 0.7 - 0.6 is below 0.1 in floating point.
+    func testUnprimedDenialsTenPointsApartAreFlagged() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        var events: [String] = []
+        for i in 0..<800 {
+            let primed = i >= 400, denied = i % 400 < (primed ? 240 : 280)
+            let types = (primed ? ["prePermission.shown", "prePermission.accepted"] : []) + ["permission.prompted", denied ? "permission.denied" : "permission.granted"]
+            let attempt = UUID()
+            for (k, type) in types.enumerated() {
+                events.append(EventFixtures.event(type: type, subject: "b\(i)", occurredAt: "2026-10-03T09:15:\(10 + k).000Z", attempt: attempt,
+                                                  overrides: type == "permission.denied" ? ["attributes": "{\"permanent\":false}"] : [:],
+                                                  removing: type == "permission.denied" ? ["experiments"] : ["attributes", "experiments"]))
+            }
+        }
+        try TestDatabase.append(events, to: db)
+        try Projector(connection: db).catchUp()
+        let finding = try XCTUnwrap(try Findings.all(db).first { $0.rule == "unprimed-denials" })
+        XCTAssertTrue(finding.evidence.contains("70.0% denied, vs 60.0% after one"), finding.evidence)
+    }
 }
