@@ -109,6 +109,8 @@ struct Install {
     var versionIndex: Int
     var treatment: Bool
     var restricted: Bool
+    /// The system picker this device opens: the same in every session.
+    var picker: String
     var experimentDone = false
     var states: [String: PermissionState] = [:]
 }
@@ -138,9 +140,12 @@ struct World {
         let major = majors[rng.pick(majors.map(\.weight))].major
         let osVersion = platform == .ios ? "\(major).\(rng.next() % 6).\(rng.next() % 3)" : "\(major)"
         let subject = "inst-" + String(rng.uuid().replacingOccurrences(of: "-", with: "").prefix(16))
+        // Android 13+ has the photo picker built in; older devices get it through Google Play
+        // services, and those without fall back to ACTION_OPEN_DOCUMENT.
+        let picker = platform == .ios ? "phpicker" : major < 13 && rng.chance(0.1) ? "androidOpenDocument" : "androidPhotoPicker"
         return Install(app: app, index: index, subject: subject, platform: platform, osMajor: major, osVersion: osVersion,
                        versionIndex: rng.pick(model.versionWeights), treatment: rng.chance(model.treatmentShare),
-                       restricted: platform == .ios && rng.chance(model.restrictedShare))
+                       restricted: platform == .ios && rng.chance(model.restrictedShare), picker: picker)
     }
 
     /// One session at time `t`: status reads, then one to three feature uses.
@@ -188,10 +193,11 @@ struct World {
         events.beginAttempt(flow: flow, attempt: rng.uuid())
 
         if model.pickerFlows.contains(flow) && rng.chance(model.pickerShare(versionIndex: install.versionIndex)) {
-            let kind = install.platform == .ios ? "phpicker" : (rng.chance(0.1) ? "androidOpenDocument" : "androidPhotoPicker")
-            events.add("picker.opened", at: t, attributes: "{\"picker\":\"\(kind)\",\"selectionLimit\":\(rng.next() % 2 == 0 ? 1 : 0)}", rng: &rng)
+            let limit = rng.next() % 2 == 0 ? 1 : 0  // one item, or unlimited
+            events.add("picker.opened", at: t, attributes: "{\"picker\":\"\(install.picker)\",\"selectionLimit\":\(limit)}", rng: &rng)
             if rng.chance(model.pickerCompletes) {
-                events.add("picker.completed", at: step(), attributes: "{\"selectedCount\":\(1 + rng.next() % 5)}", rng: &rng)
+                let count = limit == 1 ? 1 : 1 + rng.next() % 5
+                events.add("picker.completed", at: step(), attributes: "{\"selectedCount\":\(count)}", rng: &rng)
             } else {
                 events.add("picker.cancelled", at: step(), rng: &rng)
             }
@@ -205,10 +211,22 @@ struct World {
         case (.android, "editorSave"): return t   // saving needs no permission on Android 10+
         case (.android, _): permission = install.osMajor >= 13 ? "android.READ_MEDIA_IMAGES" : "android.READ_EXTERNAL_STORAGE"
         }
-        // .addOnly is granted without a prompt while .readWrite is.
-        if permission == "ios.photos.addOnly" && install.states["ios.photos.readWrite"]?.status == .granted { return t }
+        // .addOnly asked while .readWrite is granted: authorized at once, without a dialog.
+        if permission == "ios.photos.addOnly" && install.states["ios.photos.readWrite"]?.status == .granted
+            && install.states[permission]?.status != .granted {
+            events.add("permission.prompted", at: t, permission: permission, attributes: "{\"dialogShown\":false}", rng: &rng)
+            events.add("permission.granted", at: step(), permission: permission, rng: &rng)
+            install.states[permission, default: PermissionState()].status = .granted
+            return t
+        }
         var state = install.states[permission] ?? PermissionState()
-        defer { install.states[permission] = state }
+        defer {
+            install.states[permission] = state
+            // Granting .readWrite also grants .addOnly (after a denied .addOnly too).
+            if permission == "ios.photos.readWrite" && state.status == .granted && install.states["ios.photos.addOnly"] != nil {
+                install.states["ios.photos.addOnly"]!.status = .granted
+            }
+        }
         switch state.status {
         case .granted, .restricted:
             return t

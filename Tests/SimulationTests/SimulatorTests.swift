@@ -40,15 +40,50 @@ final class SimulatorTests: XCTestCase {
         let run = Simulator(seed: 7, subjects: 4000, days: 28, start: Self.start).run()
         var histories: [String: [ValidatedEvent]] = [:]
         var types: Set<String> = []
+        var pickers: [String: Set<String>] = [:]       // install -> picker kinds
+        var limits: [String: Int] = [:]                 // attempt -> selectionLimit
+        var installs: [String: [ValidatedEvent]] = [:]  // iOS installs' permission events
         for line in run.lines {
             guard case let .success(event) = validator.validate(line: line) else { continue }
             types.insert(event.type.rawValue)
+            let attempt = event.attempt?.uuidString ?? ""
+            switch event.type.rawValue {
+            case "picker.opened":
+                guard case let .string(kind) = event.json["attributes"]?["picker"] else { XCTFail("no picker kind"); continue }
+                pickers[event.subject, default: []].insert(kind)
+                if kind == "androidOpenDocument" { XCTAssertLessThan(event.osMajor, 13, "the photo picker is built into Android 13+") }
+                if case let .number(limit) = event.json["attributes"]?["selectionLimit"] { limits[attempt] = Int(limit) ?? 0 }
+            case "picker.completed":
+                if case let .number(count) = event.json["attributes"]?["selectedCount"], let count = Int(count), let limit = limits[attempt], limit > 0 {
+                    XCTAssertLessThanOrEqual(count, limit, "a picker returns at most its limit")
+                }
+            default:
+                break
+            }
             if let permission = event.permission {
                 histories["\(event.app) \(event.subject) \(permission.rawValue)", default: []].append(event)
+                if event.platform == .ios { installs["\(event.app) \(event.subject)", default: []].append(event) }
             } else {
                 XCTAssertTrue(event.type.rawValue.hasPrefix("picker."), "\(event.type) without permission")
             }
         }
+        XCTAssertEqual(pickers.values.filter { $0.count > 1 }.count, 0, "a device opens one kind of picker")
+        // iOS: .addOnly asked while .readWrite is granted is authorized without a dialog.
+        var addOnlyAtOnce = 0
+        for (_, events) in installs {
+            var readWriteGranted = false
+            for event in events.sorted(by: { $0.occurredAt < $1.occurredAt }) {
+                switch (event.permission?.rawValue, event.type.rawValue) {
+                case ("ios.photos.readWrite", "permission.granted"): readWriteGranted = true
+                case ("ios.photos.readWrite", "permission.denied"): readWriteGranted = false
+                case ("ios.photos.addOnly", "permission.prompted") where readWriteGranted:
+                    XCTAssertEqual(event.json["attributes"]?["dialogShown"], .bool(false))
+                    addOnlyAtOnce += 1
+                default: break
+                }
+            }
+        }
+        XCTAssertGreaterThan(addOnlyAtOnce, 0)
         // Every type of the catalogue occurs.
         XCTAssertEqual(types.count, 14, "\(types.sorted())")
         var iosRepeats = 0, androidPermanent = 0
