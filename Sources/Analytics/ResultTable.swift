@@ -69,8 +69,7 @@ public struct ResultTable: Sendable {
     public enum Format: String, CaseIterable, Sendable { case table, csv, json }
 
     /// Aligned columns under the title, for a terminal. Control characters in text (which a
-    /// client may send in an app version or a variant name) show as `\u{1B}`: they must not
-    /// move the cursor or rewrite the screen.
+    /// client may send in an app version or a variant name) show as `\u{1B}` (see `visible`).
     public var text: String {
         let cells = rows.map { $0.map { Self.visible($0.plain) } }
         let widths = columns.indices.map { i in max(columns[i].count, cells.map { $0[i].count }.max() ?? 0) }
@@ -113,9 +112,12 @@ public struct ResultTable: Sendable {
 }
 
 extension ResultTable {
-    /// `s` with its control characters (C0, DEL, C1) written as `\u{1B}`.
+    /// `s` with its control characters (C0, DEL, C1) and bidirectional controls (U+061C,
+    /// U+200E, U+200F, U+202A-U+202E, U+2066-U+2069, which reorder the text around them) written
+    /// as `\u{1B}`, `\u{202E}`: text from a client must not move the cursor, rewrite the screen
+    /// or show itself in another order.
     public static func visible(_ s: String) -> String {
-        func isControl(_ c: Unicode.Scalar) -> Bool { c.properties.generalCategory == .control }
+        func isControl(_ c: Unicode.Scalar) -> Bool { c.properties.generalCategory == .control || c.properties.isBidiControl }
         guard s.unicodeScalars.contains(where: isControl) else { return s }
         return s.unicodeScalars.map { isControl($0) ? "\\u{\(String($0.value, radix: 16, uppercase: true))}" : String($0) }.joined()
     }

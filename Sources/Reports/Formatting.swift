@@ -90,10 +90,12 @@ extension ResultTable.Cell {
 }
 
 enum HTML {
+    /// Text as HTML that shows it literally; control and bidirectional characters (which a
+    /// client may send in a variant name) show as `\u{1B}` (`ResultTable.visible`).
     static func escape(_ text: String) -> String {
         var out = ""
         out.reserveCapacity(text.count)
-        for c in text {
+        for c in ResultTable.visible(text) {
             switch c {
             case "&": out += "&amp;"
             case "<": out += "&lt;"

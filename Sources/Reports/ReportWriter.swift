@@ -65,15 +65,15 @@ public struct ReportWriter {
     }
 
     /// A table cell from any text (app versions and experiment names are free text): a `|` would
-    /// end the cell and a line break the row, and `<` would start raw HTML.
+    /// end the cell, and `<` would start raw HTML. Control characters (a line break too) show as
+    /// `\u{1B}` (`ResultTable.visible`).
     static func markdownCell(_ text: String) -> String {
         var cell = ""
-        for character in text {
+        for character in ResultTable.visible(text) {
             switch character {
             case "|": cell += "\\|"
             case "<": cell += "&lt;"
             case ">": cell += "&gt;"
-            case "\n", "\r", "\r\n": cell += " "
             default: cell.append(character)
             }
         }

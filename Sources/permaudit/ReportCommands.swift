@@ -42,7 +42,7 @@ enum ReportCommand: Command {
         let filters = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform(), from: days.from, to: days.to)
         let report = try Report.build(try openDatabase(arguments), filters: filters)
         let written = try ReportWriter(report).write(formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
-        for note in report.notes { printError("note: \(note)") }
+        for note in report.notes { printError("note: " + ResultTable.visible(note)) }
         print(written.joined(separator: "\n"))
         return 0
     }
@@ -150,6 +150,6 @@ enum DemoCommand: Command {
                              + "lift \(percent(table.number(row, "lift")))")
             }
         }
-        return lines.joined(separator: "\n")
+        return lines.map(ResultTable.visible).joined(separator: "\n")  // experiment and variant names are client text
     }
 }

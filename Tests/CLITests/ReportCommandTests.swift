@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import Postgres
 import TestSupport
@@ -86,6 +87,40 @@ final class ReportCommandTests: XCTestCase {
         XCTAssertGreaterThan(try Connection(url: url).query("select count(*)::bigint from audit.events").scalar(Int.self), appended)
     }
 
+    /// Two permission attempts whose experiment keys and variants hold terminal controls: key
+    /// `withControl` has a `control` variant and a variant with a bidi override, key `withoutControl`
+    /// (an OSC title sequence) has no control variant, so the notes name it.
+    static let withControl = "\u{1B}[31mRED", withoutControl = "\u{1B}]0;pwned\u{7}"
+    static var hostileExperiments: [String] {
+        ["control", "\u{202E}evil"].flatMap { variant in
+            let attempt = UUID()
+            let experiments = "{" + EventFixtures.quoted(withControl) + ":" + EventFixtures.quoted(variant) + ","
+                + EventFixtures.quoted(withoutControl) + ":\"v\"}"
+            return [EventFixtures.event(type: "permission.prompted", subject: variant, attempt: attempt,
+                                        overrides: ["experiments": experiments], removing: ["attributes"]),
+                    EventFixtures.event(type: "permission.granted", subject: variant, occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt,
+                                        overrides: ["experiments": experiments], removing: ["attributes"])]
+        }
+    }
+
+    func assertNoTerminalControls(_ output: String, file: StaticString = #filePath, line: UInt = #line) {
+        let raw = output.unicodeScalars.filter { ($0.properties.generalCategory == .control && $0 != "\n") || $0.properties.isBidiControl }
+        XCTAssertEqual(raw.map { String($0.value, radix: 16) }, [], output, file: file, line: line)
+    }
+
+    /// Client text reaches no terminal raw: the notes of `report` and `stats priming` show its
+    /// control characters as `\u{1B}`.
+    func testControlCharactersFromClientsReachNoTerminal() throws {
+        try EventLog(connection: try Connection(url: url)).append(Self.hostileExperiments)
+        XCTAssertEqual(try permaudit(["project", "--once"]).status, 0)
+        for arguments in [["report", "--out", directory.path], ["stats", "priming"]] {
+            let run = try permaudit(arguments)
+            XCTAssertEqual(run.status, 0, run.stderr)
+            assertNoTerminalControls(run.stdout + run.stderr)
+            XCTAssertTrue(run.stderr.contains("\\u{1B}]0;pwned\\u{7}"), run.stderr)
+        }
+    }
+
     /// The main job, small: the embedded database of $PERMAUDIT_HOME (the test cluster), run
     /// twice (the second run reuses the log) and with --fresh.
     func testDemoRunsAgainAndStartsOverWithFresh() throws {
@@ -98,10 +133,15 @@ final class ReportCommandTests: XCTestCase {
             XCTAssertTrue(first.stdout.contains(expected), "missing '\(expected)' in\n\(first.stdout)")
         }
         XCTAssertTrue(FileManager.default.fileExists(atPath: out + "/report.html"))
+        // Client text with terminal controls, added to the log: the headline shows them as \u{1B}.
+        let demoDatabase = try TestDatabase.cluster.url(database: EmbeddedCluster.databaseName)
+        try EventLog(connection: try Connection(url: demoDatabase)).append(Self.hostileExperiments)
         let again = try permaudit(["demo", "--subjects", "400", "--out", out], environment: environment)
         XCTAssertEqual(again.status, 0, again.stderr)
         XCTAssertTrue(again.stdout.contains("reusing them"), again.stdout)
-        XCTAssertTrue(again.stdout.contains("projected 0 events"), again.stdout)
+        XCTAssertTrue(again.stdout.contains("projected 4 events"), again.stdout)
+        XCTAssertTrue(again.stdout.contains("com.example.app \\u{1B}[31mRED \\u{202E}evil: access "), again.stdout)
+        assertNoTerminalControls(again.stdout + again.stderr)
         let fresh = try permaudit(["demo", "--fresh", "--subjects", "400", "--out", out], environment: environment)
         XCTAssertEqual(fresh.status, 0, fresh.stderr)
         XCTAssertTrue(fresh.stdout.contains("dropped the demo database"), fresh.stdout)

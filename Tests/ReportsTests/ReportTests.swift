@@ -215,29 +215,56 @@ final class ReportTests: XCTestCase {
 
     /// Free text in the data (an app version, an experiment variant) stays inside its Markdown
     /// cell and is not HTML.
-    func testFreeTextStaysInItsMarkdownCell() throws {
+    /// The report of a new database holding one granted attempt whose events carry `overrides`
+    /// (raw JSON text by field).
+    func reportOfOneGrantedAttempt(_ overrides: [String: String]) throws -> Report {
         let url = try TestDatabase.create()
-        defer { TestDatabase.drop(url) }
+        addTeardownBlock { TestDatabase.drop(url) }
         let db = try Connection(url: url)
         let attempt = UUID()
-        let overrides = ["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"), "experiments": "{\"<u>k</u>\":\"<i>a|b</i>\"}"]
         try EventLog(connection: db).append([
             EventFixtures.event(type: "permission.prompted", attempt: attempt, overrides: overrides, removing: ["attributes"]),
             EventFixtures.event(type: "permission.granted", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt, overrides: overrides,
                                 removing: ["attributes"]),
         ])
         try Projector(connection: db).catchUp()
-        let report = try Report.build(db, filters: StatsQuery())
+        return try Report.build(db, filters: StatsQuery())
+    }
+
+    func testFreeTextStaysInItsMarkdownCell() throws {
+        let report = try reportOfOneGrantedAttempt(["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"),
+                                                    "experiments": "{\"<u>k</u>\":\"<i>a|b</i>\"}"])
         // An experiment without a control variant is named in the notes (free text there too).
         XCTAssertTrue(report.notes.contains("No variant is named 'control' (the baseline) in <u>k</u> (com.example.app): those variants are shown without a comparison."), "\(report.notes)")
         let markdown = ReportWriter(report).markdown
-        XCTAssertTrue(markdown.contains("| 5.0\\|&lt;b&gt;x&lt;/b&gt; 2 |"), markdown)
+        XCTAssertTrue(markdown.contains("| 5.0\\|&lt;b&gt;x&lt;/b&gt;\\u{A}2 |"), markdown)
         XCTAssertTrue(markdown.contains("| &lt;i&gt;a\\|b&lt;/i&gt; |"), markdown)
         XCTAssertTrue(markdown.contains("- No variant is named 'control' (the baseline) in &lt;u&gt;k&lt;/u&gt; (com.example.app)"), markdown)
         XCTAssertFalse(markdown.contains("<b>") || markdown.contains("<i>") || markdown.contains("<u>"))
         for row in markdown.split(separator: "\n") where row.hasPrefix("|") {
             XCTAssertTrue(row.hasSuffix("|"), String(row))
         }
+    }
+
+    /// Terminal controls sent by a client (ESC sequences, a C1 CSI, bidirectional overrides)
+    /// show as `\u{1B}` in the Markdown and HTML reports, as `stats` shows them; JSON and CSV keep
+    /// the data as it is.
+    func testControlCharactersFromClientsShowAsEscapes() throws {
+        let key = "\u{1B}[31mRED\u{1B}]0;pwned\u{7}", variant = "\u{202E}evil\u{2066}", version = "5.0\u{9B}2J\n2"
+        let report = try reportOfOneGrantedAttempt(["appVersion": EventFixtures.quoted(version),
+                                                    "experiments": "{" + EventFixtures.quoted(key) + ":" + EventFixtures.quoted(variant) + "}"])
+        try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
+        func read(_ file: String) throws -> String { try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8) }
+        let markdown = try read("report.md"), html = try read("report.html")
+        for (name, text) in [("report.md", markdown), ("report.html", html)] {
+            let hostile = text.unicodeScalars.filter { ($0.properties.generalCategory == .control && $0 != "\n") || $0.properties.isBidiControl }
+            XCTAssertEqual(hostile.map { String($0.value, radix: 16) }, [], name)
+            for shown in ["u{1B}[31mRED", "u{1B}]0;pwned", "u{7}", "u{202E}evil", "u{2066}", "5.0", "u{9B}2J", "u{A}2"] {
+                XCTAssertTrue(text.contains(shown), "\(name) lacks \(shown)")
+            }
+        }
+        XCTAssertTrue(try read("report.json").contains(#""\u001b[31mRED\u001b]0;pwned\u0007""#))
+        XCTAssertTrue(try read("csv/experiments.csv").contains(key + "," + variant + ","))
     }
 
     // MARK: Rendering
