@@ -42,10 +42,10 @@ public struct ReportWriter {
 
     public var markdown: String {
         var out = "# Photo-library permission report\n\n"
-        out += "Selection: \(report.filterDescription). Generated \(generated) by `permaudit report` from the analytics views.\n\n"
+        out += "Selection: \(Self.markdownText(report.filterDescription)). Generated \(generated) by `permaudit report` from the analytics views.\n\n"
         out += "## Summary\n\n" + markdownTable(DisplayTable(report.overview.table)) + "\n"
         if !report.notes.isEmpty {
-            out += "### What this data cannot show\n\n" + report.notes.map { "- \(Self.markdownCell($0))\n" }.joined() + "\n"
+            out += "### What this data cannot show\n\n" + report.notes.map { "- \(Self.markdownText($0))\n" }.joined() + "\n"
         }
         for section in report.sections {
             out += "## \(section.title)\n\n\(section.intro)\n\n"
@@ -59,25 +59,29 @@ public struct ReportWriter {
 
     func markdownTable(_ table: DisplayTable) -> String {
         func line(_ cells: [String]) -> String {
-            "| " + cells.map(Self.markdownCell).joined(separator: " | ") + " |\n"
+            "| " + cells.map(Self.markdownText).joined(separator: " | ") + " |\n"
         }
         return line(table.headers) + line(table.headers.map { _ in "---" }) + table.rows.map(line).joined()
     }
 
-    /// A table cell from any text (app versions and experiment names are free text): a `|` would
-    /// end the cell, and `<` would start raw HTML. Control characters (a line break too) show as
+    /// Any text (app versions and experiment names are free text) as Markdown that a CommonMark or
+    /// GFM renderer shows as it is, in a table cell too: a backslash before `\`, `|` (which
+    /// would end the cell) and the punctuation that starts inline markup (`` ` `` code, `*` `_`
+    /// emphasis, `[` `]` links and images, `~` strikethrough, `$` math); `&`, `<`, `>` as
+    /// entities (no character reference, no raw HTML); control characters (a line break too) as
     /// `\u{1B}` (`ResultTable.visible`).
-    static func markdownCell(_ text: String) -> String {
-        var cell = ""
-        for character in ResultTable.visible(text) {
-            switch character {
-            case "|": cell += "\\|"
-            case "<": cell += "&lt;"
-            case ">": cell += "&gt;"
-            default: cell.append(character)
+    static func markdownText(_ text: String) -> String {
+        var out = ""
+        for scalar in ResultTable.visible(text).unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\\", "|", "`", "*", "_", "[", "]", "~", "$": out += "\\" + String(scalar)
+            default: out.unicodeScalars.append(scalar)
             }
         }
-        return cell
+        return out
     }
 
     // MARK: JSON

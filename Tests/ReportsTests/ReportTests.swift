@@ -231,19 +231,68 @@ final class ReportTests: XCTestCase {
         return try Report.build(db, filters: StatsQuery())
     }
 
-    func testFreeTextStaysInItsMarkdownCell() throws {
-        let report = try reportOfOneGrantedAttempt(["appVersion": EventFixtures.quoted("5.0|<b>x</b>\n2"),
-                                                    "experiments": "{\"<u>k</u>\":\"<i>a|b</i>\"}"])
+    /// Free text in the data (an app version, an experiment key and variant) and the --app value
+    /// stay inside their Markdown cell or line and read back as they are: no HTML, entity, image,
+    /// link, code or emphasis, in a CommonMark/GFM renderer.
+    func testFreeTextReadsBackAsItIsInMarkdown() throws {
+        let version = #"5.0\|&lt;b&gt;<b>x</b>![t](http://e.x/t.png)"#, key = "[x](javascript:alert(1))"
+        let variant = #"`c` **b** _e_ ~~s~~ $m$ <i>a|b</i> \"#
+        var report = try reportOfOneGrantedAttempt(["appVersion": EventFixtures.quoted(version),
+                                                    "experiments": "{" + EventFixtures.quoted(key) + ":" + EventFixtures.quoted(variant) + "}"])
         // An experiment without a control variant is named in the notes (free text there too).
-        XCTAssertTrue(report.notes.contains("No variant is named 'control' (the baseline) in <u>k</u> (com.example.app): those variants are shown without a comparison."), "\(report.notes)")
+        let note = "No variant is named 'control' (the baseline) in \(key) (com.example.app): those variants are shown without a comparison."
+        XCTAssertTrue(report.notes.contains(note), "\(report.notes)")
+        report.filters.app = #"<script>x</script>"&_a_"#
         let markdown = ReportWriter(report).markdown
-        XCTAssertTrue(markdown.contains("| 5.0\\|&lt;b&gt;x&lt;/b&gt;\\u{A}2 |"), markdown)
-        XCTAssertTrue(markdown.contains("| &lt;i&gt;a\\|b&lt;/i&gt; |"), markdown)
-        XCTAssertTrue(markdown.contains("- No variant is named 'control' (the baseline) in &lt;u&gt;k&lt;/u&gt; (com.example.app)"), markdown)
-        XCTAssertFalse(markdown.contains("<b>") || markdown.contains("<i>") || markdown.contains("<u>"))
+        var cells: [String] = []
         for row in markdown.split(separator: "\n") where row.hasPrefix("|") {
-            XCTAssertTrue(row.hasSuffix("|"), String(row))
+            XCTAssertTrue(row.hasPrefix("| ") && row.hasSuffix(" |"), String(row))
+            for cell in Self.markdownCells(row.dropFirst(2).dropLast(2)) {
+                guard let text = Self.literal(cell) else { XCTFail("markup in cell \(cell)"); continue }
+                cells.append(text)
+            }
         }
+        for text in [version, key, variant] { XCTAssertTrue(cells.contains(text), "no cell reads \(text)\n\(markdown)") }
+        let lines = markdown.split(separator: "\n")
+        let selection = try XCTUnwrap(lines.first { $0.hasPrefix("Selection: ") }).dropFirst(11)
+        XCTAssertEqual(Self.literal(try XCTUnwrap(selection.components(separatedBy: ". Generated ").first)[...]),
+                       "app " + report.filters.app!)
+        XCTAssertTrue(lines.contains { $0.hasPrefix("- ") && Self.literal($0.dropFirst(2)) == note }, markdown)
+    }
+
+    /// A GFM table row's cells: split at every `|` not escaped by a backslash.
+    static func markdownCells(_ row: Substring) -> [Substring] {
+        var cells: [Substring] = [], start = row.startIndex, index = row.startIndex
+        while index < row.endIndex {
+            if row[index] == "\\" { index = row.index(after: index) } else if row[index] == "|" {
+                cells.append(row[start..<index])
+                start = row.index(after: index)
+            }
+            if index < row.endIndex { index = row.index(after: index) }
+        }
+        return (cells + [row[start...]]).map { $0.trimmingCharacters(in: .whitespaces)[...] }
+    }
+
+    /// Markdown inline text as a CommonMark renderer shows it (a backslash before ASCII
+    /// punctuation, `&amp;`, `&lt;`, `&gt;`), nil where a character would start markup: an
+    /// unescaped `` ` `` `*` `_` `[` `]` `~` `$` `|` `<` `>` `\` or `&`.
+    static func literal(_ markdown: Substring) -> String? {
+        var out = "", rest = markdown
+        while let c = rest.popFirst() {
+            if c == "\\", let next = rest.first, next.isASCII, next.isPunctuation || next.isSymbol {
+                out.append(next)
+                rest = rest.dropFirst()
+            } else if c == "&" {
+                guard let (entity, character) = [("amp;", "&"), ("lt;", "<"), ("gt;", ">")].first(where: { rest.hasPrefix($0.0) }) else { return nil }
+                out += character
+                rest = rest.dropFirst(entity.count)
+            } else if "`*_[]~$|<>\\".contains(c) {
+                return nil
+            } else {
+                out.append(c)
+            }
+        }
+        return out
     }
 
     /// Terminal controls sent by a client (ESC sequences, a C1 CSI, bidirectional overrides)
@@ -259,8 +308,9 @@ final class ReportTests: XCTestCase {
         for (name, text) in [("report.md", markdown), ("report.html", html)] {
             let hostile = text.unicodeScalars.filter { ($0.properties.generalCategory == .control && $0 != "\n") || $0.properties.isBidiControl }
             XCTAssertEqual(hostile.map { String($0.value, radix: 16) }, [], name)
+            let unescaped = text.replacingOccurrences(of: "\\", with: "")  // Markdown's backslashes before [ ] and \
             for shown in ["u{1B}[31mRED", "u{1B}]0;pwned", "u{7}", "u{202E}evil", "u{2066}", "5.0", "u{9B}2J", "u{A}2"] {
-                XCTAssertTrue(text.contains(shown), "\(name) lacks \(shown)")
+                XCTAssertTrue(unescaped.contains(shown), "\(name) lacks \(shown)")
             }
         }
         XCTAssertTrue(try read("report.json").contains(#""\u001b[31mRED\u001b]0;pwned\u0007""#))
