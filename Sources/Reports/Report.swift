@@ -50,12 +50,48 @@ public struct Report: Sendable {
         let overview = try Stats.overview(db, q)
         var notes: [String] = []
         var sections: [Section] = []
-        guard overview.events > 0 else {
-            notes.append("No events match this selection, so there is nothing to measure. Check the filters, ingest events "
+        if overview.events == 0 {
+            // The current state and the compliance findings below do not depend on the days.
+            notes.append("No events match this selection, so there are no attempts to measure. Check the filters, ingest events "
                          + "('permaudit ingest') and project them ('permaudit project --once').")
-            return Report(generatedAt: now, filters: filters, overview: overview, notes: notes, sections: [])
+        } else {
+            sections = try attemptSections(db, q, overview, notes: &notes)
         }
+        let states = try Stats.permissionStates(db, q)
+        if states.rows.isEmpty {
+            notes.append("No install has a recorded permission state in this selection.")
+        } else {
+            sections.append(Section(
+                id: "state", title: "Current permission state",
+                intro: "The latest answer or observed status of each install and permission (as of the last projection; "
+                    + "the day filters do not apply to a current state).",
+                items: [Item(name: "permission_state", table: states, chart: .stacked(group: "permission", part: "state", share: "share"))]))
+        }
+        do {
+            let findings = try Findings.all(db, app: filters.app).filter { filters.platform == nil || $0.platform == filters.platform }
+            var table = ResultTable(title: "Over-permission findings",
+                                    columns: ["severity", "rule", "app", "platform", "subject", "count", "evidence", "guidance"])
+            table.rows = findings.map { [.text($0.severity.rawValue), .text($0.rule), .text($0.app), .text($0.platform), .text($0.subject),
+                                         .integer($0.count), .text($0.evidence), .text($0.guidance)] }
+            sections.append(Section(
+                id: "compliance", title: "Compliance: over-permission findings",
+                intro: findings.isEmpty ? "No over-permission finding: the app asks for what its flows need."
+                    : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
+                    + "(as `permaudit audit permissions` reports; over all days).",
+                items: [Item(name: "findings", table: table, chart: nil)]))
+        } catch let error as PostgresError where error.code == .insufficientPrivilege {
+            notes.append("The compliance findings need read access to the projections and the log (the auditor role); this role has none.")
+        }
+        if overview.promptedWithoutOutcome > 0 {
+            notes.append("\(overview.promptedWithoutOutcome) prompted attempts have no answer yet (the answer event is missing or still on its way).")
+        }
+        return Report(generatedAt: now, filters: filters, overview: overview, notes: notes, sections: sections)
+    }
 
+    /// The sections over the attempts of the selection (rates, trend, priming, picker), with
+    /// notes on what the attempts cannot show.
+    static func attemptSections(_ db: Connection, _ q: StatsQuery, _ overview: Overview, notes: inout [String]) throws -> [Section] {
+        var sections: [Section] = []
         func denial(_ by: [StatsQuery.Dimension], _ name: String, _ title: String, label: [String]) throws -> Item {
             var table = try Stats.denial(db, q.grouped(by: by))
             table.title = title
@@ -165,36 +201,7 @@ public struct Report: Sendable {
                     try picker([.app, .appVersion], "picker_by_app_version", "By app and app version", label: ["app", "appVersion"]),
                 ]))
         }
-
-        let states = try Stats.permissionStates(db, q)
-        if states.rows.isEmpty {
-            notes.append("No install has a recorded permission state in this selection.")
-        } else {
-            sections.append(Section(
-                id: "state", title: "Current permission state",
-                intro: "The latest answer or observed status of each install and permission (as of the last projection; "
-                    + "the day filters do not apply to a current state).",
-                items: [Item(name: "permission_state", table: states, chart: .stacked(group: "permission", part: "state", share: "share"))]))
-        }
-        do {
-            let findings = try Findings.all(db, app: filters.app).filter { filters.platform == nil || $0.platform == filters.platform }
-            var table = ResultTable(title: "Over-permission findings",
-                                    columns: ["severity", "rule", "app", "platform", "subject", "count", "evidence", "guidance"])
-            table.rows = findings.map { [.text($0.severity.rawValue), .text($0.rule), .text($0.app), .text($0.platform), .text($0.subject),
-                                         .integer($0.count), .text($0.evidence), .text($0.guidance)] }
-            sections.append(Section(
-                id: "compliance", title: "Compliance: over-permission findings",
-                intro: findings.isEmpty ? "No over-permission finding: the app asks for what its flows need."
-                    : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
-                    + "(as `permaudit audit permissions` reports; over all days).",
-                items: [Item(name: "findings", table: table, chart: nil)]))
-        } catch let error as PostgresError where error.code == .insufficientPrivilege {
-            notes.append("The compliance findings need read access to the projections and the log (the auditor role); this role has none.")
-        }
-        if overview.promptedWithoutOutcome > 0 {
-            notes.append("\(overview.promptedWithoutOutcome) prompted attempts have no answer yet (the answer event is missing or still on its way).")
-        }
-        return Report(generatedAt: now, filters: filters, overview: overview, notes: notes, sections: sections)
+        return sections
     }
 
     /// Every table of the report with its stable name, the overview first.

@@ -149,13 +149,31 @@ final class ReportTests: XCTestCase {
         let url = try TestDatabase.create()
         defer { TestDatabase.drop(url) }
         let report = try Report.build(try Connection(url: url), filters: StatsQuery())
-        XCTAssertTrue(report.sections.isEmpty)
+        XCTAssertEqual(report.sections.map(\.id), ["compliance"])
+        XCTAssertEqual(report.item("findings")?.rows.count, 0)
         XCTAssertTrue(report.notes[0].hasPrefix("No events match this selection"), report.notes[0])
         try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
         let html = try String(contentsOf: directory.appendingPathComponent("report.html"), encoding: .utf8)
         XCTAssertTrue(html.contains("No events match this selection"))
         assertNoBrokenNumbers(html)
         assertNoBrokenNumbers(try String(contentsOf: directory.appendingPathComponent("report.json"), encoding: .utf8))
+    }
+
+    /// Days without events leave out the sections over attempts, not the current state and the
+    /// compliance findings, which the day filters do not limit.
+    func testADayRangeWithoutEventsKeepsTheCurrentStateAndTheFindings() throws {
+        let db = try Connection(url: try Self.simulatedDatabase())
+        let all = try Report.build(db, filters: StatsQuery(platform: "ios"))
+        let later = try Report.build(db, filters: StatsQuery(platform: "ios", from: "2030-01-01"))
+        XCTAssertEqual(later.overview.events, 0)
+        XCTAssertTrue(later.notes[0].hasPrefix("No events match this selection"), later.notes[0])
+        XCTAssertEqual(later.sections.map(\.id), ["state", "compliance"])
+        for name in ["permission_state", "findings"] {
+            let rows = try XCTUnwrap(all.item(name)?.rows, name)
+            XCTAssertFalse(rows.isEmpty, "\(name): the check needs data")
+            XCTAssertEqual(later.item(name)?.rows, rows, name)
+        }
+        XCTAssertTrue(ReportWriter(later).json.contains("\"sections\":[{\"id\":\"state\""))
     }
 
     func testTinyDataNamesWhatIsMissing() throws {
