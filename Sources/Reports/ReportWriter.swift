@@ -10,15 +10,45 @@ public struct ReportWriter {
     public let report: Report
     public init(_ report: Report) { self.report = report }
 
+    /// A file or directory of the report that could not be written: "/proc/x: cannot create the
+    /// report directory: No such file or directory".
+    public struct OutputError: Error, CustomStringConvertible {
+        public var path: String
+        public var action: String
+        public var reason: String
+        public var description: String { "\(path): \(action): \(reason)" }
+
+        /// The operating system's reason (Foundation's own text is a dump of its error domain).
+        init(_ error: any Error, path: String, action: String) {
+            (self.path, self.action) = (path, action)
+            var isDirectory: ObjCBool = false
+            if action.hasPrefix("cannot create"), FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue {
+                reason = "it exists and is not a directory"
+            } else if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error,
+                      case let posix = underlying as NSError, posix.domain == NSPOSIXErrorDomain {  // a POSIXError or an NSError
+                reason = String(cString: strerror(Int32(posix.code)))
+            } else {
+                reason = (error as NSError).localizedDescription
+            }
+        }
+    }
+
     /// Writes the formats into `directory` (created if needed); returns the paths written.
+    /// Throws `OutputError` when a directory or file cannot be written.
     @discardableResult
     public func write(_ formats: [Format], to directory: URL) throws -> [String] {
         let manager = FileManager.default
-        try manager.createDirectory(at: directory, withIntermediateDirectories: true)
+        func attempt(_ action: String, _ url: URL, _ body: () throws -> Void) throws {
+            do { try body() } catch { throw OutputError(error, path: url.path, action: action) }
+        }
+        func createDirectory(_ url: URL) throws {
+            try attempt("cannot create the report directory", url) { try manager.createDirectory(at: url, withIntermediateDirectories: true) }
+        }
+        try createDirectory(directory)
         var written: [String] = []
         func save(_ text: String, _ name: String, in folder: URL = directory) throws {
             let url = folder.appendingPathComponent(name)
-            try Data(text.utf8).write(to: url, options: .atomic)
+            try attempt("cannot write the file", url) { try Data(text.utf8).write(to: url, options: .atomic) }
             written.append(url.path)
         }
         for format in formats {
@@ -29,7 +59,7 @@ public struct ReportWriter {
             case .csv:
                 let folder = directory.appendingPathComponent("csv")
                 try? manager.removeItem(at: folder)  // tables of an earlier run must not linger
-                try manager.createDirectory(at: folder, withIntermediateDirectories: true)
+                try createDirectory(folder)
                 for (name, table) in report.tables { try save(table.csv, name + ".csv", in: folder) }
             }
         }

@@ -75,6 +75,23 @@ final class ReportCommandTests: XCTestCase {
         }
     }
 
+    /// An --out that cannot be written fails with the path and the reason, not Foundation's dump.
+    func testAnUnwritableOutNamesThePathAndTheReason() throws {
+        let file = directory.appendingPathComponent("file").path
+        try Data().write(to: URL(fileURLWithPath: file))
+        let blocked = directory.appendingPathComponent("blocked").path
+        try FileManager.default.createDirectory(atPath: blocked + "/report.md", withIntermediateDirectories: true)
+        for (out, message) in [("/proc/x", "/proc/x: cannot create the report directory: "),
+                               (file, file + ": cannot create the report directory: it exists and is not a directory\n"),
+                               (file + "/sub", file + "/sub: cannot create the report directory: Not a directory\n"),
+                               (blocked, blocked + "/report.md: cannot write the file: ")] {
+            let run = try permaudit(["report", "--out", out, "--format", "md"])
+            XCTAssertEqual(run.status, 1, out)
+            XCTAssertTrue(run.stderr.hasPrefix("Error: " + message), run.stderr)
+            XCTAssertFalse(run.stderr.contains("Domain"), run.stderr)
+        }
+    }
+
     func testLiveTrafficStopsAfterItsDuration() throws {
         let run = try permaudit(["simulate", "--live", "--rate", "200", "--duration", "2", "--subjects", "50"])
         XCTAssertEqual(run.status, 0, run.stderr)
