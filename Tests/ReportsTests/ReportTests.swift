@@ -176,6 +176,28 @@ final class ReportTests: XCTestCase {
         XCTAssertTrue(ReportWriter(later).json.contains("\"sections\":[{\"id\":\"state\""))
     }
 
+    /// The overview as docs/report-format.md defines it: `attempts` = permission + picker
+    /// attempts (an attempt of a settings.opened alone is in neither), `first_day`/`last_day`
+    /// are event days, and --to bounds attempts by attempt day and events by event day.
+    func testOverviewAttemptsAndDaysAreAsDocumented() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let (late, settings) = (UUID(), UUID())
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", occurredAt: "2026-10-31T23:59:00.000Z", attempt: late, removing: ["attributes"]),
+            EventFixtures.event(type: "permission.granted", occurredAt: "2026-11-01T00:01:00.000Z", attempt: late, removing: ["attributes"]),
+            EventFixtures.event(type: "settings.opened", occurredAt: "2026-10-30T12:00:00.000Z", attempt: settings, removing: ["attributes"]),
+        ])
+        try Projector(connection: db).catchUp()
+        let all = try Report.build(db, filters: StatsQuery()).overview
+        XCTAssertEqual([all.events, all.attempts, all.permissionAttempts, all.pickerAttempts], [3, 1, 1, 0])
+        XCTAssertEqual([all.firstDay, all.lastDay], ["2026-10-30", "2026-11-01"])
+        let october = try Report.build(db, filters: StatsQuery(to: "2026-10-31")).overview
+        XCTAssertEqual([october.events, october.attempts], [2, 1])
+        XCTAssertEqual(october.lastDay, "2026-10-31")
+    }
+
     func testTinyDataNamesWhatIsMissing() throws {
         let url = try TestDatabase.create()
         defer { TestDatabase.drop(url) }
