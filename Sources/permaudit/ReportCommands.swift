@@ -64,8 +64,9 @@ enum DemoCommand: Command {
         simulates about 200,000 events over the last 28 days (26,000 installs), ingests them
         (broken events are rejected and counted), projects them, writes every report format to
         <dir> (default reports/demo) and prints the headline numbers with the true parameters the
-        simulation used. Run again, it reuses the events already in the log; --fresh drops the
-        embedded database and starts over.
+        simulation used. Run again, it reuses the events already in the log and simulates nothing:
+        --subjects and --seed are then not used, and a note on stderr says so; --fresh drops the
+        embedded database and starts over with them.
         """
     static let options = [
         ("--fresh", "Drop the embedded database first and start over."),
@@ -111,6 +112,11 @@ enum DemoCommand: Command {
             step("ingested: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)")
         } else {
             step("the log already holds \(stored) events: reusing them (--fresh starts over)")
+            let unused = ["--subjects", "--seed"].compactMap { name in arguments.value(name).map { "\(name) \($0)" } }
+            if !unused.isEmpty {
+                printError("note: \(unused.joined(separator: " and ")) \(unused.count == 1 ? "was" : "were") not used: nothing is simulated "
+                           + "while the log holds events (--fresh drops them and simulates anew)")
+            }
         }
 
         let projector = Projector(connection: db, secondConnectionURL: url)

@@ -156,6 +156,7 @@ final class ReportCommandTests: XCTestCase {
         let again = try permaudit(["demo", "--subjects", "400", "--out", out], environment: environment)
         XCTAssertEqual(again.status, 0, again.stderr)
         XCTAssertTrue(again.stdout.contains("reusing them"), again.stdout)
+        XCTAssertTrue(again.stderr.contains("note: --subjects 400 was not used: nothing is simulated while the log holds events"), again.stderr)
         XCTAssertTrue(again.stdout.contains("projected 4 events"), again.stdout)
         XCTAssertTrue(again.stdout.contains("com.example.app \\u{1B}[31mRED \\u{202E}evil: access "), again.stdout)
         assertNoTerminalControls(again.stdout + again.stderr)
