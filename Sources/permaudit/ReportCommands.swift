@@ -1,6 +1,7 @@
 import Analytics
 import EventLog
 import Foundation
+import PermissionEvents
 import Postgres
 import Projections
 import Reports
@@ -23,7 +24,8 @@ enum ReportCommand: Command {
     static let options = [
         ("--format <format>", "md, html, csv, json or all (default all)."), ("--out <dir>", "Output directory (default reports)."),
         ("--from <date>", "First attempt day (YYYY-MM-DD)."), ("--to <date>", "Last attempt day (YYYY-MM-DD)."),
-        ("--app <app>", "Only this app."), ("--platform <platform>", "Only ios or only android."), databaseOption,
+        ("--app <app>", "Only this app (1-255 characters [A-Za-z0-9._-])."), ("--platform <platform>", "Only ios or only android."),
+        databaseOption,
     ]
     static let valueOptions: Set<String> = ["--format", "--out", "--from", "--to", "--app", "--platform", "--database-url"]
 
@@ -39,7 +41,11 @@ enum ReportCommand: Command {
             formats = [format]
         }
         let days = try arguments.dayRange()
-        let filters = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform(), from: days.from, to: days.to)
+        let app = arguments.value("--app")
+        if let app, !EventValidator.isApp(app) {
+            throw UsageError(message: "'--app' must be an app id: 1-255 characters [A-Za-z0-9._-]", usage: usage)
+        }
+        let filters = StatsQuery(app: app, platform: try arguments.platform(), from: days.from, to: days.to)
         let report = try Report.build(try openDatabase(arguments), filters: filters)
         let written = try write(report, formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
         for note in report.notes { printError("note: " + ResultTable.visible(note)) }

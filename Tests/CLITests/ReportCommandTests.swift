@@ -68,10 +68,12 @@ final class ReportCommandTests: XCTestCase {
         let onlyJSON = directory.appendingPathComponent("j").path
         XCTAssertEqual(try permaudit(["report", "--out", onlyJSON, "--format", "json"]).status, 0)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: onlyJSON), ["report.json"])
-        for bad in [["--format", "pdf"], ["--platform", "windows"], ["--to", "2026-13-01"], ["--from", "2026-11-12", "--to", "2026-11-01"]] {
+        for bad in [["--format", "pdf"], ["--platform", "windows"], ["--to", "2026-13-01"], ["--from", "2026-11-12", "--to", "2026-11-01"],
+                    ["--app", "<script>x</script>\"&"], ["--app", ""], ["--app", String(repeating: "a", count: 256)]] {
             let run = try permaudit(["report"] + bad)
             XCTAssertEqual(run.status, 64, "\(bad)")
             XCTAssertTrue(run.stderr.contains(bad[0]), run.stderr)
+            if bad[0] == "--app" { XCTAssertTrue(run.stderr.contains("1-255 characters [A-Za-z0-9._-]"), run.stderr) }
         }
     }
 
