@@ -18,18 +18,14 @@ public struct ReportWriter {
         public var reason: String
         public var description: String { "\(path): \(action): \(reason)" }
 
-        /// The operating system's reason (Foundation's own text is a dump of its error domain).
-        init(_ error: any Error, path: String, action: String) {
-            (self.path, self.action) = (path, action)
-            var isDirectory: ObjCBool = false
-            if action.hasPrefix("cannot create"), FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue {
-                reason = "it exists and is not a directory"
-            } else if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error,
-                      case let posix = underlying as NSError, posix.domain == NSPOSIXErrorDomain {  // a POSIXError or an NSError
-                reason = String(cString: strerror(Int32(posix.code)))
-            } else {
-                reason = (error as NSError).localizedDescription
+        /// The operating system's reason for a Foundation file error (whose own text is a dump
+        /// of its error domain).
+        static func reason(_ error: any Error) -> String {
+            if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error,
+               case let posix = underlying as NSError, posix.domain == NSPOSIXErrorDomain {  // a POSIXError or an NSError
+                return String(cString: strerror(Int32(posix.code)))
             }
+            return (error as NSError).localizedDescription
         }
     }
 
@@ -39,10 +35,15 @@ public struct ReportWriter {
     public func write(_ formats: [Format], to directory: URL) throws -> [String] {
         let manager = FileManager.default
         func attempt(_ action: String, _ url: URL, _ body: () throws -> Void) throws {
-            do { try body() } catch { throw OutputError(error, path: url.path, action: action) }
+            do { try body() } catch { throw OutputError(path: url.path, action: action, reason: OutputError.reason(error)) }
         }
         func createDirectory(_ url: URL) throws {
-            try attempt("cannot create the report directory", url) { try manager.createDirectory(at: url, withIntermediateDirectories: true) }
+            let action = "cannot create the report directory"
+            var isDirectory: ObjCBool = false
+            if manager.fileExists(atPath: url.path, isDirectory: &isDirectory), !isDirectory.boolValue {
+                throw OutputError(path: url.path, action: action, reason: "it exists and is not a directory")
+            }
+            try attempt(action, url) { try manager.createDirectory(at: url, withIntermediateDirectories: true) }
         }
         try createDirectory(directory)
         var written: [String] = []
