@@ -174,7 +174,7 @@ enum StatsCommand: Command {
         shown in scientific notation (1.9e-06); csv and json keep every digit.
         """
     static let options = [
-        ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app."),
+        ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app (1-255 characters [A-Za-z0-9._-])."),
         ("--platform <platform>", "Only ios or only android."),
         ("--from <date>", "First attempt day (YYYY-MM-DD)."), ("--to <date>", "Last attempt day (YYYY-MM-DD)."),
         ("--format <format>", "table (default), csv or json. priming has two tables (arms, experiments): csv prints them as two blocks separated by an empty line, json as one array of {title, rows}."), databaseOption,
@@ -183,7 +183,7 @@ enum StatsCommand: Command {
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         let which = try arguments.action(["denial", "priming", "picker"])
-        var query = StatsQuery(app: arguments.value("--app"), platform: try arguments.platform())
+        var query = StatsQuery(app: try arguments.app(), platform: try arguments.platform())
         (query.from, query.to) = try arguments.dayRange()
         if let by = arguments.value("--by") {
             query.by = try by.split(separator: ",", omittingEmptySubsequences: false).map { name in

@@ -39,7 +39,7 @@ enum AuditCommand: Command {
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
         ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal, and by verify when intact); tampered if no seal has it."),
-        ("--app <app>", "subject, erase: the app."), ("--subject <id>", "subject, erase: the install id."),
+        ("--app <app>", "subject, erase: the app; permissions: only this app (1-255 characters [A-Za-z0-9._-])."), ("--subject <id>", "subject, erase: the install id."),
         ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
     ]
@@ -165,7 +165,7 @@ enum AuditCommand: Command {
                 let format = arguments.value("--format") ?? "table"
                 guard format == "table" || format == "json" else { throw UsageError(message: "'--format' must be table or json", usage: usage) }
                 let db = try openDatabase(arguments)
-                let findings = try Findings.all(db, app: arguments.value("--app"))
+                let findings = try Findings.all(db, app: try arguments.app())
                 try SubjectRights.recordAccess(db, command: "audit permissions", details: ["app": arguments.value("--app") ?? "all",
                                                                                            "findings": "\(findings.count)"])
                 print(format == "json" ? Findings.json(findings) : findingsTable(findings).text, terminator: "")

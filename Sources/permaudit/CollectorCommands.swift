@@ -90,10 +90,7 @@ enum KeysCommand: Command {
         switch action {
         case "create":
             guard arguments.positionals.count == 1 else { throw UsageError(message: "unexpected argument '\(arguments.positionals[1])'", usage: usage) }
-            guard let app = arguments.value("--app") else { throw UsageError(message: "'keys create' needs --app", usage: usage) }
-            guard (1...255).contains(app.utf8.count), app.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "._-".contains($0)) }) else {
-                throw UsageError(message: "'--app' must be 1-255 characters [A-Za-z0-9._-]", usage: usage)
-            }
+            guard let app = try arguments.app() else { throw UsageError(message: "'keys create' needs --app", usage: usage) }
             let created = try APIKeys.create(app: app, on: try openDatabase(arguments))
             print(created.key)
             printError("key \(created.id) for \(app); it is shown only now: store it in the app's configuration")

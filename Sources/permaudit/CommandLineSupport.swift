@@ -121,6 +121,15 @@ struct ParsedArguments {
         return range
     }
 
+    /// The --app option: an app id (1-255 characters [A-Za-z0-9._-]) or absent.
+    func app() throws -> String? {
+        guard let text = values["--app"] else { return nil }
+        guard EventValidator.isApp(text) else {
+            throw UsageError(message: "'--app' must be an app id: 1-255 characters [A-Za-z0-9._-]", usage: usage)
+        }
+        return text
+    }
+
     /// The --platform option: ios, android or absent.
     func platform() throws -> String? {
         guard let text = values["--platform"] else { return nil }

@@ -41,11 +41,7 @@ enum ReportCommand: Command {
             formats = [format]
         }
         let days = try arguments.dayRange()
-        let app = arguments.value("--app")
-        if let app, !EventValidator.isApp(app) {
-            throw UsageError(message: "'--app' must be an app id: 1-255 characters [A-Za-z0-9._-]", usage: usage)
-        }
-        let filters = StatsQuery(app: app, platform: try arguments.platform(), from: days.from, to: days.to)
+        let filters = StatsQuery(app: try arguments.app(), platform: try arguments.platform(), from: days.from, to: days.to)
         let report = try Report.build(try openDatabase(arguments), filters: filters)
         let written = try write(report, formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
         for note in report.notes { printError("note: " + ResultTable.visible(note)) }
