@@ -138,8 +138,8 @@ public enum Stats {
              group by experiment order by experiment
             """, query.parameters).decode((String, Int, Bool).self).flatMap { experiment, apps, hasControl in
             let name = ResultTable.visible(experiment)
-            return (pools && apps > 1 ? ["Note: experiment \(name) runs in \(apps) apps; its arms are pooled across them (--by app compares them per app)"] : [])
-                + (hasControl ? [] : ["Note: experiment \(name) has no variant named 'control'; its variants are shown without a comparison"])
+            return (pools && apps > 1 ? ["experiment \(name) runs in \(apps) apps; its arms are pooled across them (--by app compares them per app)"] : [])
+                + (hasControl ? [] : ["experiment \(name) has no variant named 'control'; its variants are shown without a comparison"])
         }
     }
 

@@ -209,7 +209,7 @@ enum StatsCommand: Command {
         }
         print(ResultTable.render(tables, format), terminator: "")
         if which == "priming" {
-            for note in try Stats.experimentNotes(db, query) { printError(note) }
+            for note in try Stats.experimentNotes(db, query) { printError("note: " + note) }
         }
         return 0
     }

@@ -439,7 +439,7 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertEqual(document.count, 2)
         XCTAssertEqual((document[0]["rows"] as? [[String: Any]])?.compactMap { $0["arm"] as? String }.sorted(), ["primed", "unprimed"])
         // exp-1 runs in both apps: its arms are pooled unless grouped (or filtered) by app, and it says so.
-        XCTAssertEqual(priming.stderr, "Note: experiment exp-1 runs in 2 apps; its arms are pooled across them (--by app compares them per app)\n")
+        XCTAssertEqual(priming.stderr, "note: experiment exp-1 runs in 2 apps; its arms are pooled across them (--by app compares them per app)\n")
         XCTAssertEqual(try CLITests.run(["stats", "priming", "--by", "app"], url: url).stderr, "")
         XCTAssertEqual(try CLITests.run(["stats", "priming", "--app", "com.example.a"], url: url).stderr, "")
 
@@ -481,7 +481,7 @@ final class ProjectCommandTests: XCTestCase {
         }, to: db)
         XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
         let noControl = try CLITests.run(["stats", "priming", "--app", "com.example.nc", "--format", "csv"], url: url)
-        XCTAssertEqual(noControl.stderr, "Note: experiment exp-nc has no variant named 'control'; its variants are shown without a comparison\n")
+        XCTAssertEqual(noControl.stderr, "note: experiment exp-nc has no variant named 'control'; its variants are shown without a comparison\n")
         XCTAssertTrue(noControl.stdout.contains("\nexp-nc,A,1,1.0,"), noControl.stdout)
     }
 }
