@@ -142,6 +142,10 @@ public struct Report: Sendable {
             items.append(Item(name: "priming_by_platform", table: byPlatform,
                               chart: .intervalBars(label: ["platform", "arm"], value: "denial_rate_at_dialog",
                                                    low: "denial_at_dialog_low", high: "denial_at_dialog_high", weight: "prompted")))
+            var byApp = try Stats.priming(db, q.grouped(by: [.app]))[0]
+            byApp.title = "Primed vs unprimed per app (each app against its own unprimed attempts)"
+            items.append(Item(name: "priming_by_app", table: byApp,
+                              chart: .intervalBars(label: ["app", "arm"], value: "access_rate", low: "access_low", high: "access_high", weight: "attempts")))
             if overview.experimentAttempts == 0 {
                 notes.append("No permission attempt carried an experiment key: there are no experiment arms to compare.")
             } else {
@@ -172,7 +176,9 @@ public struct Report: Sendable {
                     + "Access = granted or limited, over all attempts of the arm (intention-to-treat: declining the screen "
                     + "is no access). Each arm is compared with its baseline (unprimed, or the control variant): relative lift, "
                     + "difference in percentage points (pp) with its unpooled 95% interval, and the pooled two-proportion z statistic with its two-sided p-value. "
-                    + "Acceptance = accepted / primed attempts. Primed vs unprimed is observational; experiments are randomised.",
+                    + "Acceptance = accepted / primed attempts. Primed vs unprimed is observational; experiments are randomised. "
+                    + "The overall and per-platform comparisons pool the apps: an app that always primes is in the primed arm only, "
+                    + "so read the comparison per app.",
                 items: items))
         } else {
             notes.append("No permission was requested in this selection: there is nothing on pre-permission screens.")

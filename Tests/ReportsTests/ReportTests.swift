@@ -64,6 +64,10 @@ final class ReportTests: XCTestCase {
                    sum(denied_at_dialog)::float8 / sum(prompted)
               from analytics.priming_arms_daily where \(scope) group by 1, 2
             """, values: ["attempts", "access_rate", "prompted", "denial_rate_at_dialog"])
+        try assertTable(report, "priming_by_app", keys: ["app", "arm"], db: db, sql: """
+            select app, arm, sum(attempts), sum(granted + limited)::float8 / sum(attempts)
+              from analytics.priming_arms_daily where \(scope) group by 1, 2
+            """, values: ["attempts", "access_rate"])
         try assertTable(report, "experiments", keys: ["app", "experiment", "variant"], db: db, sql: """
             select app, experiment, variant, sum(attempts), sum(granted + limited)::float8 / sum(attempts)
               from analytics.experiment_arms_detail_daily where \(scope) group by 1, 2, 3
