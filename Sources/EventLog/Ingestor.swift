@@ -340,10 +340,7 @@ public struct RejectedGroup: Hashable, Sendable {
     }
 
     public init(_ value: JSONValue?) {
-        if let app = value?["app"]?.stringValue, (1...255).contains(app.utf8.count),
-           app.utf8.allSatisfy({ $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D) }) {
-            self.app = app
-        }
+        if let app = value?["app"]?.stringValue, EventValidator.isApp(app) { self.app = app }
         if let platform = value?["platform"]?.stringValue, platform == "ios" || platform == "android" {
             self.platform = platform
         }

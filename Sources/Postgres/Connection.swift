@@ -21,8 +21,9 @@ public final class Connection {
             throw PostgresError(code: .connectionFailure, message: "out of memory opening a connection")
         }
         guard PQstatus(handle) == CONNECTION_OK else {
-            let error = PostgresError.connection(handle, "cannot connect")
+            var error = PostgresError.connection(handle, "cannot connect")
             PQfinish(handle)
+            error.message = Self.redactingPassword(error.message, url: url)
             throw error
         }
         self.handle = handle
@@ -48,6 +49,36 @@ public final class Connection {
         if url.contains("\"") { parts = Array(parts.prefix(1)) + ["...", ""] }
         for i in stride(from: 1, to: parts.count, by: 2) where parts[i].count >= 2 { parts[i] = "..." }
         throw PostgresError(code: .invalidConnectionString, message: "invalid database URL: \(parts.joined(separator: "\""))")
+    }
+
+    /// `message` without the URL's password. A password with an unescaped `/`, `@` or `?` splits
+    /// the URL elsewhere than meant, and libpq then quotes a piece of it as a port or host name:
+    /// every piece of three or more characters, as written and percent-decoded, is left out.
+    static func redactingPassword(_ message: String, url: String) -> String {
+        var secrets: [String] = []
+        if let scheme = url.range(of: "://") {
+            let afterScheme = url[scheme.upperBound...]
+            // As the user meant it: from the first ':' of the user info to the last '@'.
+            if let at = afterScheme.lastIndex(of: "@"), let colon = afterScheme[..<at].firstIndex(of: ":") {
+                secrets.append(String(afterScheme[afterScheme.index(after: colon)..<at]))
+            }
+        }
+        var message = message
+        if let options = PQconninfoParse(url, nil) {  // key=value strings, and URLs as libpq read them
+            var option = options
+            while let keyword = option.pointee.keyword {
+                if String(cString: keyword) == "password", let value = option.pointee.val { secrets.append(String(cString: value)) }
+                option += 1
+            }
+            PQconninfoFree(options)
+        }
+        let pieces = secrets.flatMap { secret in
+            [secret, secret.removingPercentEncoding ?? secret].flatMap { $0.split(whereSeparator: { "/@?#:&=".contains($0) }) }
+        }
+        for piece in Set(pieces.map(String.init)).sorted(by: { $0.count > $1.count }) where piece.count >= 3 {
+            message = message.replacingOccurrences(of: piece, with: "***")
+        }
+        return message
     }
 
     /// True while the connection is usable.

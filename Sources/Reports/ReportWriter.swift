@@ -20,7 +20,7 @@ public struct ReportWriter {
 
         /// The operating system's reason for a Foundation file error (whose own text is a dump
         /// of its error domain).
-        static func reason(_ error: any Error) -> String {
+        public static func reason(_ error: any Error) -> String {
             if let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error,
                case let posix = underlying as NSError, posix.domain == NSPOSIXErrorDomain {  // a POSIXError or an NSError
                 return String(cString: strerror(Int32(posix.code)))

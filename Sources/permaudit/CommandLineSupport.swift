@@ -1,5 +1,6 @@
 import Foundation
 import PermissionEvents
+import Reports
 
 /// A subcommand: a static description for help, and a `run` over parsed arguments.
 protocol Command {
@@ -165,16 +166,7 @@ struct ParsedArguments {
 /// their domain, code and user info: they are shown as the path and the system's reason.
 func describe(_ error: any Error) -> String {
     guard let error = error as? CocoaError else { return "\(error)" }
-    let path = error.filePath ?? error.url?.path ?? "a file"
-    if let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError, underlying.domain == NSPOSIXErrorDomain {
-        return "\(path): \(String(cString: strerror(Int32(underlying.code))))"
-    }
-    switch error.code {
-    case .fileNoSuchFile, .fileReadNoSuchFile: return "\(path): no such file or directory"
-    case .fileWriteFileExists: return "\(path): a file is in the way"
-    case .fileReadNoPermission, .fileWriteNoPermission: return "\(path): permission denied"
-    default: return "\(path): \(error.localizedDescription)"
-    }
+    return "\(error.filePath ?? error.url?.path ?? "a file"): \(ReportWriter.OutputError.reason(error))"
 }
 
 /// Writes to standard error without buffering surprises.

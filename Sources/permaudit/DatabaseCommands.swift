@@ -190,10 +190,16 @@ enum IngestCommand: Command {
         var rejectsFile: FileHandle?
         if let path = arguments.value("--rejects") {
             ingestor.mode = .storeValid
-            // Owner-only: the raw lines hold subject ids, which erasure cannot reach in this file.
-            let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard descriptor >= 0, fchmod(descriptor, 0o600) == 0 else {
+            // Owner-only, made so before an existing file is emptied: the raw lines hold subject
+            // ids, which erasure cannot reach in this file.
+            let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
                 throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
+            }
+            guard fchmod(descriptor, 0o600) == 0, ftruncate(descriptor, 0) == 0 else {
+                let reason = String(cString: strerror(errno))
+                close(descriptor)
+                throw CommandFailure(message: "\(path): cannot create the rejects file (\(reason))")
             }
             rejectsFile = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
         }

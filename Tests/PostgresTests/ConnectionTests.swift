@@ -93,6 +93,19 @@ final class ConnectionTests: XCTestCase {
         }
     }
 
+    /// A password with an unescaped `/` or `@` splits the URL elsewhere: libpq then quotes a piece
+    /// of it as a port or a host name, which the message leaves out.
+    func testAConnectionErrorLeavesOutPiecesOfThePassword() {
+        for (url, secrets) in [("postgresql://permaudit:Ab3+/xYz9QrT@localhost:5432/db", ["Ab3+", "xYz9QrT"]),
+                               ("postgresql://permaudit:p@ssw0rd@localhost/db", ["ssw0rd"]),
+                               ("host=/nonexistent-dir password=Secret99 port=5432", ["Secret99"])] {
+            XCTAssertThrowsError(try Connection(url: url), url) { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .connectionFailure, url)
+                for secret in secrets { XCTAssertFalse("\(error)".contains(secret), "\(url): \(error)") }
+            }
+        }
+    }
+
     /// A URL libpq cannot parse is its own error, and the message leaves out the quoted URL,
     /// which holds the password.
     func testAMalformedURLIsRefusedWithoutItsPassword() {
