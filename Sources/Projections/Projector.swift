@@ -63,6 +63,9 @@ public final class Projector {
         public var eventsProjected: Int64
         public var updatedAt: Date
         public var eventsBehind: Int64
+        /// Of `eventsBehind`, those that committed after a transaction still running began: no
+        /// reader in committed order takes them before that transaction ends.
+        public var eventsWaiting: Int64
         /// Age in seconds of the oldest event not projected yet (nil when caught up).
         public var oldestUnprojectedAge: Double?
     }
@@ -195,14 +198,18 @@ public final class Projector {
     public func status() throws -> Status {
         let row = try connection.query("""
             select c.transaction_id::text, c.position, c.events_projected, c.updated_at,
-                   (select count(*) from audit.events e where (e.transaction_id, e.position) > (c.transaction_id, c.position)),
+                   b.behind, b.waiting,
                    (select extract(epoch from now() - min(e.recorded_at))::float8 from audit.events e
                      where (e.transaction_id, e.position) > (c.transaction_id, c.position))
-              from projection.checkpoint c where c.name = 'analytics'
-            """).decode((UInt64, Int64, Int64, Date, Int64, Double?).self)
+              from projection.checkpoint c
+             cross join lateral (select count(*) as behind,
+                                        count(*) filter (where e.transaction_id >= pg_snapshot_xmin(pg_current_snapshot())) as waiting
+                                   from audit.events e where (e.transaction_id, e.position) > (c.transaction_id, c.position)) as b
+             where c.name = 'analytics'
+            """).decode((UInt64, Int64, Int64, Date, Int64, Int64, Double?).self)
         guard let first = row.first else { throw ProjectorError.notMigrated }
         return Status(checkpoint: EventLog.Checkpoint(transactionId: first.0, position: first.1), eventsProjected: first.2,
-                      updatedAt: first.3, eventsBehind: first.4, oldestUnprojectedAge: first.5)
+                      updatedAt: first.3, eventsBehind: first.4, eventsWaiting: first.5, oldestUnprojectedAge: first.6)
     }
 
     private func applyBatch(size: Int? = nil) throws -> Progress {

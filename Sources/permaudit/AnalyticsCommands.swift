@@ -32,7 +32,8 @@ enum ProjectCommand: Command {
           --rebuild  recompute everything from the start in one transaction: readers see the
                      previous numbers until it commits, then the new ones at once; with
                      --batch-size, in at most 500 batches (larger ones where needed)
-          --status   checkpoint, events behind, age of the oldest unprojected event
+          --status   checkpoint, events behind (and how many wait for an older transaction still
+                     open), age of the oldest unprojected event
         An option that does not apply to the chosen mode is a usage error.
         """
     static let options = [
@@ -97,7 +98,8 @@ enum ProjectCommand: Command {
             print("checkpoint: \(status.checkpoint) (transaction id, position)")
             print("events projected: \(status.eventsProjected)"
                   + (status.eventsProjected == 0 ? "" : ", last batch at \(ISO8601DateFormatter().string(from: status.updatedAt))"))
-            print("events behind: \(status.eventsBehind)")
+            print("events behind: \(status.eventsBehind)" + (status.eventsWaiting == 0 ? ""
+                  : " (\(status.eventsWaiting) wait for an older transaction still open: projected once it ends)"))
             print("oldest unprojected event: " + (status.oldestUnprojectedAge.map { String(format: "%.0f s old", $0) } ?? "none (caught up)"))
         case "--rebuild":
             let done = try projector.rebuild(onBatch: progressLine)

@@ -340,6 +340,20 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(status.stdout.contains("events behind: 0"), status.stdout)
     }
 
+    /// An event behind a transaction still open is counted behind, and the status says why
+    /// `--once` leaves it: no reader in committed order takes it before that transaction ends.
+    func testStatusSaysWhichEventsWaitForAnOpenTransaction() throws {
+        let holder = try Connection(url: url)
+        try holder.execute("begin")
+        try EventLog(connection: holder).append([EventFixtures.event(subject: "held")])
+        try EventLog(connection: try Connection(url: url)).append([EventFixtures.event(subject: "after")])
+        let status = try CLITests.run(["project", "--status"], url: url)
+        XCTAssertTrue(status.stdout.contains("events behind: 1 (1 wait for an older transaction still open: projected once it ends)\n"),
+                      status.stdout)
+        try holder.execute("commit")
+        XCTAssertTrue(try CLITests.run(["project", "--status"], url: url).stdout.contains("events behind: 2\n"))
+    }
+
     /// `project --follow --poll 1` on `databaseURL`, its standard error in the pipe.
     func startFollower(databaseURL: String) throws -> (Process, Pipe) {
         let stderr = Pipe()
