@@ -53,7 +53,8 @@ public final class Connection {
 
     /// `message` without the URL's password. A password with an unescaped `/`, `@` or `?` splits
     /// the URL elsewhere than meant, and libpq then quotes a piece of it as a port or host name:
-    /// every piece of three or more characters, as written and percent-decoded, is left out.
+    /// a quoted text holding a piece of two or more characters is left out whole, and every piece
+    /// of three or more characters elsewhere (pieces as written and percent-decoded).
     static func redactingPassword(_ message: String, url: String) -> String {
         var secrets: [String] = []
         if let scheme = url.range(of: "://") {
@@ -72,10 +73,13 @@ public final class Connection {
             }
             PQconninfoFree(options)
         }
-        let pieces = secrets.flatMap { secret in
+        let pieces = Set(secrets.flatMap { secret in
             [secret, secret.removingPercentEncoding ?? secret].flatMap { $0.split(whereSeparator: { "/@?#:&=".contains($0) }) }
-        }
-        for piece in Set(pieces.map(String.init)).sorted(by: { $0.count > $1.count }) where piece.count >= 3 {
+        }.map(String.init)).filter { $0.count >= 2 }
+        var parts = message.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
+        for i in stride(from: 1, to: parts.count, by: 2) where pieces.contains(where: parts[i].contains) { parts[i] = "..." }
+        message = parts.joined(separator: "\"")
+        for piece in pieces.sorted(by: { $0.count > $1.count }) where piece.count >= 3 {
             message = message.replacingOccurrences(of: piece, with: "***")
         }
         return message

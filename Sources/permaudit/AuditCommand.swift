@@ -34,7 +34,7 @@ enum AuditCommand: Command {
         """
     static let options = [
         ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
-        ("--public-key <file>", "Public key for verify and check-proof (default beside the private key)."),
+        ("--public-key <file>", "Public key for verify (default beside the private key) and check-proof (required)."),
         ("--key-dir <dir>", "Where keygen writes the pair (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
@@ -46,13 +46,14 @@ enum AuditCommand: Command {
     static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--expect-seal", "--app", "--subject",
                                             "--reason", "--format", "--database-url"]
 
-    /// The options each action takes; any other given is a usage error.
+    /// The options each action takes; any other given is a usage error. --database-url goes with
+    /// every action, as with every command (keygen and check-proof use no database).
     static let optionsByAction: [String: Set<String>] = [
-        "keygen": ["--key-dir"],
+        "keygen": ["--key-dir", "--database-url"],
         "seal": ["--key", "--key-dir", "--max-events", "--database-url"],
         "verify": ["--public-key", "--key-dir", "--from", "--to", "--expect-seal", "--database-url"],
         "prove": ["--database-url"],
-        "check-proof": ["--public-key"],
+        "check-proof": ["--public-key", "--database-url"],
         "subject": ["--app", "--subject", "--format", "--database-url"],
         "erase": ["--app", "--subject", "--reason", "--database-url"],
         "permissions": ["--app", "--format", "--database-url"],

@@ -33,8 +33,8 @@ enum ServeCommand: Command {
             throw UsageError(message: "'--listen' must be HOST:PORT, got '\(listen)'", usage: usage)
         }
         var address = in_addr()
-        guard inet_pton(AF_INET, String(listen[..<colon]), &address) == 1 else {
-            throw UsageError(message: "'--listen' must name an IPv4 address (the collector listens on IPv4 only), got '\(listen[..<colon])'", usage: usage)
+        guard listen[..<colon] == "localhost" || inet_pton(AF_INET, String(listen[..<colon]), &address) == 1 else {
+            throw UsageError(message: "'--listen' must name an IPv4 address or localhost (the collector listens on IPv4 only), got '\(listen[..<colon])'", usage: usage)
         }
         _ = try openDatabase(arguments)  // migrates the embedded cluster, or checks an external database
         let migrations = try Migrator(directory: try Migrator.locateDirectory()).migrations

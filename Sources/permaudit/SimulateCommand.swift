@@ -47,12 +47,7 @@ enum SimulateCommand: Command {
             try arguments.refuse(allBut: ["--live", "--rate", "--duration", "--subjects", "--seed", "--database-url"], for: "--live")
             return try live(arguments, seed: seed)
         }
-        let period: Set<String> = ["--seed", "--subjects", "--days", "--start"]
-        if arguments.value("--out") != nil {
-            try arguments.refuse(allBut: period.union(["--out"]), for: "--out (the events go to a file, not a database)")
-        } else {
-            try arguments.refuse(allBut: period.union(["--database-url"]), for: "a simulated period (without --live)")
-        }
+        try arguments.refuse(allBut: ["--seed", "--subjects", "--days", "--start", "--out", "--database-url"], for: "a simulated period (without --live)")
         let simulator = Simulator(seed: seed, subjects: try arguments.int("--subjects", default: 10_000, range: 1...10_000_000),
                                   days: try arguments.int("--days", default: 28, range: 1...3650),
                                   start: try startDay(arguments))

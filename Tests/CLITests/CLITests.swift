@@ -107,7 +107,7 @@ final class CLITests: XCTestCase {
             (["project", "--status", "--wait"], "'--wait' does not apply to --status"),
             (["simulate", "--start", "2999-01-01", "--out", "/dev/null"], "'--start' 2999-01-01 with --days 28 ends after today"),
             // An option that the chosen action or mode does not take is refused, not ignored.
-            (["simulate", "--rate", "5", "--out", "/dev/null"], "'--rate' does not apply to --out"),
+            (["simulate", "--rate", "5", "--out", "/dev/null"], "'--rate' does not apply to a simulated period (without --live)"),
             (["simulate", "--live", "--days", "3"], "'--days' does not apply to --live"),
             (["audit", "seal", "--from", "3"], "'--from' does not apply to audit seal"),
             (["audit", "keygen", "--app", "x"], "'--app' does not apply to audit keygen"),

@@ -98,6 +98,7 @@ final class ConnectionTests: XCTestCase {
     func testAConnectionErrorLeavesOutPiecesOfThePassword() {
         for (url, secrets) in [("postgresql://permaudit:Ab3+/xYz9QrT@localhost:5432/db", ["Ab3+", "xYz9QrT"]),
                                ("postgresql://permaudit:p@ssw0rd@localhost/db", ["ssw0rd"]),
+                               ("postgresql://u:pa@ss@localhost/db", ["ss@"]),
                                ("host=/nonexistent-dir password=Secret99 port=5432", ["Secret99"])] {
             XCTAssertThrowsError(try Connection(url: url), url) { error in
                 XCTAssertEqual((error as? PostgresError)?.code, .connectionFailure, url)
