@@ -8,7 +8,7 @@
 --    comparisons) are still pushed down, so a lookup by app or subject keeps its index.
 -- 2. analytics.pooled_p_value failed with "value out of range: underflow" for |z| above about 38
 --    (PostgreSQL's exp() raises an error where it would return 0), which a large experiment or
---    the demo's primed-vs-unprimed comparison reaches. Beyond |z| = 36.7 (x = 26 below) the
+--    the demo's primed-vs-unprimed comparison reaches. Beyond |z| = 36.77 (x = 26 below) the
 --    p-value is below 1e-294: it is returned as 0.
 -- 3. audit.read_committed (004), the documented reader for clients in any language, was
 --    executable by its owner only. The roles that may read audit.events (projector, auditor)
