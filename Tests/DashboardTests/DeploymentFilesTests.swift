@@ -1,3 +1,4 @@
+import EventLog
 import Foundation
 import TestSupport
 import XCTest
@@ -183,9 +184,8 @@ final class DeploymentFilesTests: XCTestCase {
     /// even when the caller did not set ON_ERROR_STOP; with one, it gives the analyst LOGIN (in a
     /// transaction rolled back: roles belong to the whole test cluster).
     func testAnalystLoginNeedsAPassword() throws {
-        guard let psql = ["/usr/bin/psql", "/usr/local/bin/psql"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw XCTSkip("no psql")
-        }
+        // The psql of the server binaries the test cluster runs on (Debian's postgresql package).
+        let psql = try PostgresBinaries.locate().path("psql")
         let url = try TestDatabase.create()
         defer { TestDatabase.drop(url) }
         let script = root.appendingPathComponent("deploy/analyst-login.sql").path
