@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "Benchmarks", dependencies: ["EventLog", "Postgres", "Projections", "Simulation", "Analytics", "Reports", "Dashboards", "Compliance", "Crypto", "Collector", "MicroHTTP"]),
         .executableTarget(
             name: "permaudit",
-            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto", "Collector"]
+            dependencies: ["EventLog", "PermissionEvents", "Postgres", "Projections", "Analytics", "Benchmarks", "Simulation", "Reports", "Compliance", "Crypto", "Collector", "MicroHTTP"]
         ),
         .target(name: "TestSupport", dependencies: ["EventLog", "Postgres", "PermissionEvents", "Benchmarks", "Simulation", "Projections"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres", "TestSupport"]),

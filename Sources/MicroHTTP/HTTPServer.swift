@@ -71,6 +71,12 @@ public final class HTTPServer: @unchecked Sendable {
     private var draining = false
     private var quiescedListener: Int32 = -1
 
+    /// The IPv4 address a server can listen on for `host`: dotted decimal, or `localhost`.
+    public static func ipv4Address(_ host: String) -> in_addr? {
+        var address = in_addr()
+        return inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address) == 1 ? address : nil
+    }
+
     public init(host: String, port: UInt16, threads: Int, connectionTimeout: Int = 10, connectionLimit: Int = 1024,
                 maxBodyBytes: Int = 1 << 20, answeredByServer: @escaping @Sendable (_ status: Int) -> Void = { _ in },
                 handler: @escaping HTTPHandler) throws {
@@ -81,9 +87,10 @@ public final class HTTPServer: @unchecked Sendable {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
-        guard inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host, &address.sin_addr) == 1 else {
+        guard let ipv4 = Self.ipv4Address(host) else {
             throw HTTPServerError(description: "'\(host)' is not an IPv4 address")
         }
+        address.sin_addr = ipv4
         let flags = MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_AUTO.rawValue | MHD_ALLOW_SUSPEND_RESUME.rawValue
         let context = Unmanaged.passUnretained(self).toOpaque()
         daemon = withUnsafePointer(to: &address) { pointer in

@@ -45,10 +45,15 @@ public final class Connection {
         PQfreemem(message)
         // `matching "]"` stays readable; quoted text of two or more characters goes. A quote in
         // the URL would upset the pairing: then everything after the first quote goes.
-        var parts = text.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
-        if url.contains("\"") { parts = Array(parts.prefix(1)) + ["...", ""] }
-        for i in stride(from: 1, to: parts.count, by: 2) where parts[i].count >= 2 { parts[i] = "..." }
-        throw PostgresError(code: .invalidConnectionString, message: "invalid database URL: \(parts.joined(separator: "\""))")
+        let shown = url.contains("\"") ? text.prefix { $0 != "\"" } + "\"...\"" : leavingOutQuoted(text) { $0.count >= 2 }
+        throw PostgresError(code: .invalidConnectionString, message: "invalid database URL: \(shown)")
+    }
+
+    /// `message` with each quoted text that `drop` picks shown as `"..."`.
+    static func leavingOutQuoted(_ message: String, where drop: (String) -> Bool) -> String {
+        var parts = message.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
+        for i in stride(from: 1, to: parts.count, by: 2) where drop(parts[i]) { parts[i] = "..." }
+        return parts.joined(separator: "\"")
     }
 
     /// `message` without the URL's password. A password with an unescaped `/`, `@` or `?` splits
@@ -76,9 +81,7 @@ public final class Connection {
         let pieces = Set(secrets.flatMap { secret in
             [secret, secret.removingPercentEncoding ?? secret].flatMap { $0.split(whereSeparator: { "/@?#:&=".contains($0) }) }
         }.map(String.init)).filter { $0.count >= 2 }
-        var parts = message.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
-        for i in stride(from: 1, to: parts.count, by: 2) where pieces.contains(where: parts[i].contains) { parts[i] = "..." }
-        message = parts.joined(separator: "\"")
+        message = leavingOutQuoted(message) { quoted in pieces.contains(where: quoted.contains) }
         for piece in pieces.sorted(by: { $0.count > $1.count }) where piece.count >= 3 {
             message = message.replacingOccurrences(of: piece, with: "***")
         }

@@ -1,6 +1,7 @@
 import Collector
 import EventLog
 import Foundation
+import MicroHTTP
 import Postgres
 
 enum ServeCommand: Command {
@@ -32,8 +33,7 @@ enum ServeCommand: Command {
         guard let colon = listen.lastIndex(of: ":"), let port = UInt16(listen[listen.index(after: colon)...]) else {
             throw UsageError(message: "'--listen' must be HOST:PORT, got '\(listen)'", usage: usage)
         }
-        var address = in_addr()
-        guard listen[..<colon] == "localhost" || inet_pton(AF_INET, String(listen[..<colon]), &address) == 1 else {
+        guard HTTPServer.ipv4Address(String(listen[..<colon])) != nil else {
             throw UsageError(message: "'--listen' must name an IPv4 address or localhost (the collector listens on IPv4 only), got '\(listen[..<colon])'", usage: usage)
         }
         _ = try openDatabase(arguments)  // migrates the embedded cluster, or checks an external database
