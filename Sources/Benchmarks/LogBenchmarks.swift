@@ -30,17 +30,7 @@ public struct IngestBenchmark {
         let rawURL = try context.freshDatabase("permaudit_bench_raw", migrated: false, sqlDirectory: sqlDirectory)
         defer { context.dropDatabase("permaudit_bench_raw") }
         let raw = try Connection(url: rawURL)
-        try raw.execute("""
-            create table raw_events (
-                position bigint generated always as identity primary key,
-                transaction_id xid8 not null default pg_current_xact_id(),
-                event_id uuid not null unique, stream_key bigint not null, stream_version bigint not null,
-                type text not null, occurred_at timestamptz not null, recorded_at timestamptz not null default now(),
-                app text not null, platform text not null, os_major integer not null, app_version text not null,
-                attempt uuid, permission text, flow text, payload jsonb not null,
-                unique (stream_key, stream_version));
-            create index on raw_events (transaction_id, position);
-            """)
+        try PlainLog.create("raw_events", on: raw)
         context.log("raw COPY")
         var copied = 0
         let copySeconds = try measure {
@@ -53,6 +43,32 @@ public struct IngestBenchmark {
                     if n <= 0 { break }
                     try writer.write(chunk[0..<n])
                 }
+            }
+        }
+
+        // Not a product path: the floor of any write path that takes JSON arrays of events.
+        try PlainLog.create("floor_log", on: raw)
+        try raw.execute(PlainLog.floorFunction)
+        context.log("write-path floor")
+        var floored = 0
+        let floorSeconds = try measure {
+            let reader = try LineReader(path: ndjson.path)
+            var array: [UInt8] = []
+            var lines = 0
+            func send() throws {
+                array.append(UInt8(ascii: "]"))
+                floored += try raw.preparedQuery("select * from floor_append($1::jsonb)", [String(decoding: array, as: UTF8.self)]).count
+                array.removeAll(keepingCapacity: true)
+                lines = 0
+            }
+            try raw.transaction {
+                while let (_, line) = try reader.next() {
+                    array.append(UInt8(ascii: lines == 0 ? "[" : ","))
+                    array.append(contentsOf: line)
+                    lines += 1
+                    if lines == 1000 { try send() }
+                }
+                if lines > 0 { try send() }
             }
         }
 
@@ -70,6 +86,8 @@ public struct IngestBenchmark {
         }
         return [
             BenchmarkRow(name: "raw COPY into a plain table (reference)", count: copied, seconds: copySeconds),
+            BenchmarkRow(name: "write-path floor: JSON arrays of 1000 inserted by one statement, no checks", count: floored,
+                         seconds: floorSeconds, note: "not a product path: the least a write path over JSON arrays does"),
             BenchmarkRow(name: "permaudit ingest (validate + audit.append_events)", count: summary.appended, seconds: ingestSeconds,
                         note: String(format: "client RSS %.0f MiB before, peak %.0f MiB", residentBefore, peakResidentMiB())),
         ]
@@ -111,11 +129,16 @@ public struct AppendBenchmark {
         self.sqlDirectory = sqlDirectory
     }
 
-    public func run(_ context: BenchmarkContext) throws -> [BenchmarkRow] {
+    /// One table per connection count, each led by its reference row.
+    public func run(_ context: BenchmarkContext) throws -> [[BenchmarkRow]] {
         let url = try context.freshDatabase("permaudit_bench_append", sqlDirectory: sqlDirectory)
         defer { context.dropDatabase("permaudit_bench_append") }
-        try Connection(url: url).execute("create table plain_insert (id bigint generated always as identity primary key, event_id uuid not null unique, payload jsonb not null)")
-        var results: [BenchmarkRow] = []
+        let setup = try Connection(url: url)
+        try setup.execute("create table plain_insert (id bigint generated always as identity primary key, event_id uuid not null unique, payload jsonb not null)")
+        try PlainLog.create("plain_log", on: setup)
+        try PlainLog.create("floor_log", on: setup)
+        try setup.execute(PlainLog.floorFunction)
+        var results: [[BenchmarkRow]] = []
         for connections in [1, 8] {
             // Events prepared up front so that only the database work is timed.
             var generator = SyntheticEvents(seed: UInt64(connections), subjects: 200_000)
@@ -127,6 +150,27 @@ public struct AppendBenchmark {
                     try db.preparedQuery("insert into plain_insert (event_id, payload) values ($1::uuid, $2::jsonb)", [event.eventId, event.json])
                 }
             }
+            context.log("plain INSERT of the log's row, \(connections) connection(s)")
+            let logRow = try concurrently(connections) { worker in
+                let db = try Connection(url: url)
+                for (i, event) in batches[worker].enumerated() {
+                    let parameters: [(any PostgresEncodable)?] = [
+                        event.eventId, connections * 100 + worker, i, event.type, event.occurredAt, event.app, event.platform,
+                        event.osMajor, event.appVersion, event.attempt, event.permission, event.flow, event.payload]
+                    try db.preparedQuery("""
+                        insert into plain_log (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major,
+                                               app_version, attempt, permission, flow, payload)
+                        values ($1::uuid, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10::uuid, $11, $12, $13::jsonb)
+                        """, parameters)
+                }
+            }
+            context.log("write-path floor, \(connections) connection(s)")
+            let floor = try concurrently(connections) { worker in
+                let db = try Connection(url: url)
+                for event in batches[worker] {
+                    try db.preparedQuery("select * from floor_append($1::jsonb)", ["[" + event.json + "]"])
+                }
+            }
             context.log("write path, \(connections) connection(s)")
             let append = try concurrently(connections) { worker in
                 let log = EventLog(connection: try Connection(url: url))
@@ -135,12 +179,58 @@ public struct AppendBenchmark {
                 }
             }
             let total = connections * eventsPerConnection
-            results.append(BenchmarkRow(name: "plain INSERT, \(connections) conn (reference)", count: total, seconds: insert))
-            results.append(BenchmarkRow(name: "audit.append_events, \(connections) conn", count: total, seconds: append))
+            results.append([
+                BenchmarkRow(name: "plain INSERT, \(connections) conn (reference)", count: total, seconds: insert),
+                BenchmarkRow(name: "plain INSERT of the log's row into a table with its indexes, \(connections) conn", count: total, seconds: logRow),
+                BenchmarkRow(name: "write-path floor: PL/pgSQL over a one-event JSON array, no checks, \(connections) conn", count: total,
+                             seconds: floor, note: "not a product path"),
+                BenchmarkRow(name: "audit.append_events, \(connections) conn", count: total, seconds: append),
+            ])
         }
         return results
     }
 
+}
+
+/// The log's columns and indexes on a plain table (no checks, no triggers, no link table), and
+/// the floor of a write path: what `bench ingest` and `bench append` compare PermissionAudit with.
+enum PlainLog {
+    static func create(_ table: String, on db: Connection) throws {
+        try db.execute("""
+            create table \(table) (
+                position bigint generated always as identity primary key,
+                transaction_id xid8 not null default pg_current_xact_id(),
+                event_id uuid not null unique, stream_key bigint not null, stream_version bigint not null,
+                type text not null, occurred_at timestamptz not null, recorded_at timestamptz not null default now(),
+                app text not null, platform text not null, os_major integer not null, app_version text not null,
+                attempt uuid, permission text, flow text, payload jsonb not null,
+                unique (stream_key, stream_version));
+            create index on \(table) (transaction_id, position);
+            """)
+    }
+
+    /// The least any write path over a JSON array of events does: a PL/pgSQL function whose one
+    /// statement takes the events apart and inserts them into `floor_log` (versions from a
+    /// sequence), answering one row per event as `audit.append_events` does. No check, no stream,
+    /// no duplicate handling: not a product path, a measure of what the interface itself costs.
+    static let floorFunction = """
+        create sequence floor_version;
+        create function floor_append(events jsonb) returns table (event_id uuid, "position" bigint, status text)
+        language plpgsql as $$
+        begin
+            return query
+            with inserted as (
+                insert into floor_log as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
+                                            os_major, app_version, attempt, permission, flow, payload)
+                select (x.e->>'eventId')::uuid, 0, nextval('floor_version'), x.e->>'type', (x.e->>'occurredAt')::timestamptz,
+                       x.e->>'app', x.e->>'platform', split_part(x.e->>'osVersion', '.', 1)::integer, x.e->>'appVersion',
+                       (x.e->>'attempt')::uuid, x.e->>'permission', x.e->>'flow', x.e - 'subject'
+                  from jsonb_array_elements(events) as x(e)
+                returning l.event_id, l.position)
+            select i.event_id, i.position, 'appended'::text from inserted i;
+        end
+        $$;
+        """
 }
 
 /// Runs `body` for each of `workers` workers at once; the wall-clock seconds, or the first error.

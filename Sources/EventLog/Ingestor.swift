@@ -405,8 +405,8 @@ struct LineBlock {
 
 /// Reads lines from a file or standard input in fixed-size chunks. Lines longer than
 /// `maxLineBytes` are truncated (and then rejected by the caller), so memory stays bounded.
-final class LineReader {
-    static let maxLineBytes = EventValidator.maxLineBytes  // well below the 1 MiB buffer
+public final class LineReader {
+    public static let maxLineBytes = EventValidator.maxLineBytes  // well below the 1 MiB buffer
     private let fd: Int32
     private let ownsDescriptor: Bool
     /// The path, or "standard input", for errors.
@@ -417,7 +417,7 @@ final class LineReader {
     private var eof = false
     private var lineNumber = 0
 
-    init(path: String) throws {
+    public init(path: String) throws {
         name = path == "-" ? "standard input" : path
         if path == "-" {
             fd = 0
@@ -433,7 +433,7 @@ final class LineReader {
 
     /// The next line (without its line break, LF or CRLF; the first line without a UTF-8 byte
     /// order mark, which RFC 8259 lets a reader ignore) and its 1-based number, or nil at the end.
-    func next() throws -> (Int, [UInt8])? {
+    public func next() throws -> (Int, [UInt8])? {
         guard case (let number, var line)? = try nextRaw() else { return nil }
         if line.last == 0x0D && line.count <= Self.maxLineBytes { line.removeLast() }  // (not a truncated one)
         if number == 1 && line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
