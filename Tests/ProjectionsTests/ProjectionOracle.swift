@@ -60,15 +60,17 @@ enum ProjectionOracle {
             select app, platform, permission, case when primed then 'primed' else 'unprimed' end as arm, count(*) as attempts,
                    count(*) filter (where primed and accepted) as accepted, count(*) filter (where primed and declined) as declined,
                    count(*) filter (where prompted) as prompted, count(*) filter (where outcome = 'granted') as granted,
-                   count(*) filter (where outcome = 'limited') as limited, count(*) filter (where outcome = 'denied') as denied,
-                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+                   count(*) filter (where outcome = 'limited') as limited, count(*) filter (where prompted and outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog,
+                   count(*) filter (where outcome = 'denied' and not prompted) as denied_without_dialog
               from attempts where permission_attempt group by 1, 2, 3, 4
             """),
         ("analytics.experiment_arms", """
             select app, x.key as experiment, x.value as variant, count(*) as attempts, count(*) filter (where prompted) as prompted,
                    count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
-                   count(*) filter (where outcome = 'denied') as denied,
-                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+                   count(*) filter (where prompted and outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog,
+                   count(*) filter (where outcome = 'denied' and not prompted) as denied_without_dialog
               from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3
             """),
         ("analytics.picker_adoption_daily", """
@@ -84,8 +86,9 @@ enum ProjectionOracle {
             select day, app, platform, x.key as experiment, x.value as variant, count(*) as attempts,
                    count(*) filter (where prompted) as prompted,
                    count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
-                   count(*) filter (where outcome = 'denied') as denied,
-                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+                   count(*) filter (where prompted and outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog,
+                   count(*) filter (where outcome = 'denied' and not prompted) as denied_without_dialog
               from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3, 4, 5
             """),
         ("analytics.picker_adoption_detail_daily", """
@@ -102,16 +105,18 @@ enum ProjectionOracle {
                    count(*) as attempts, count(*) filter (where primed and accepted) as accepted,
                    count(*) filter (where primed and declined) as declined, count(*) filter (where prompted) as prompted,
                    count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
-                   count(*) filter (where outcome = 'denied') as denied,
-                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+                   count(*) filter (where prompted and outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog,
+                   count(*) filter (where outcome = 'denied' and not prompted) as denied_without_dialog
               from attempts where permission_attempt group by 1, 2, 3, 4, 5, 6, 7, 8
             """),
         ("analytics.experiment_arms_by_dimension_daily", """
             select day, app, platform, os_major, app_version, permission, flow, x.key as experiment, x.value as variant,
                    count(*) as attempts, count(*) filter (where prompted) as prompted,
                    count(*) filter (where outcome = 'granted') as granted, count(*) filter (where outcome = 'limited') as limited,
-                   count(*) filter (where outcome = 'denied') as denied,
-                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog
+                   count(*) filter (where prompted and outcome = 'denied') as denied,
+                   count(*) filter (where prompted and outcome = 'denied') as denied_at_dialog,
+                   count(*) filter (where outcome = 'denied' and not prompted) as denied_without_dialog
               from attempts, jsonb_each_text(experiments) as x where permission_attempt group by 1, 2, 3, 4, 5, 6, 7, 8, 9
             """),
         ("analytics.picker_adoption_by_dimension_daily", """

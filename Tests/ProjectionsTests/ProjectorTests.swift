@@ -199,6 +199,30 @@ final class ProjectorTests: XCTestCase {
         XCTAssertEqual(try ProjectionOracle.differences(db), [])
     }
 
+    /// "Denial rate at the dialog = denied / prompted" (contract section 4), computed from the
+    /// arm views' counts as section 5 says any analyst does: a request the OS denied without a
+    /// dialog (Android "don't ask again") is not a denial at the dialog.
+    func testArmDenialsAreDenialsAtTheDialog() throws {
+        let db = try Connection(url: url)
+        let (granted, silent) = (UUID(), UUID())
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", subject: "s1", occurredAt: "2026-10-03T10:00:00Z", attempt: granted),
+            EventFixtures.event(type: "permission.granted", subject: "s1", occurredAt: "2026-10-03T10:00:01Z", attempt: granted),
+            EventFixtures.event(type: "permission.prompted", subject: "s2", occurredAt: "2026-10-03T11:00:00Z", attempt: silent,
+                                overrides: ["attributes": "{\"dialogShown\":false}"]),
+            EventFixtures.event(type: "permission.denied", subject: "s2", occurredAt: "2026-10-03T11:00:00.050Z", attempt: silent,
+                                overrides: ["attributes": "{\"permanent\":true}"]),
+        ])
+        try Projector(connection: try Connection(url: url)).catchUp()
+        for view in ["priming_arms", "experiment_arms"] {
+            let row = try db.query("select attempts, prompted, granted, denied, denied_at_dialog, denied_without_dialog from analytics.\(view)")
+                .decode((Int, Int, Int, Int, Int, Int).self)
+            XCTAssertEqual(row.count, 1, view)
+            XCTAssertTrue(row[0] == (2, 1, 1, 0, 0, 1), "\(view): \(row[0])")
+        }
+        XCTAssertEqual(try ProjectionOracle.differences(db), [])
+    }
+
     func testOnlyOneProjectorAtATime() throws {
         let first = Projector(connection: try Connection(url: url))
         let second = Projector(connection: try Connection(url: url))
