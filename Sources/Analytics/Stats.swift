@@ -128,18 +128,32 @@ public enum Stats {
     /// Notes on the experiments `priming` shows, one per experiment and problem: a key pooled over
     /// several apps (the grouping has no `app` and no app is chosen; a key's variants are
     /// assigned within each app, so pooled arms can hide or reverse an app's effect, Simpson's
-    /// paradox; `--by app` separates them), and a key without a `control` variant (its variants
-    /// are shown without a comparison). Client text is made visible (`ResultTable.visible`).
+    /// paradox; `--by app` separates them), and a key without a `control` variant in some or all
+    /// of its groups (their variants are shown without a comparison). Client text is made
+    /// visible (`ResultTable.visible`).
     public static func experimentNotes(_ db: Connection, _ query: StatsQuery) throws -> [String] {
         let pools = query.app == nil && !query.by.contains(.app)
+        let select = query.by.isEmpty ? "" : query.selectList + ", "
+        let group = query.by.map { $0.rawValue + ", " }.joined()
         return try db.query("""
-            select experiment, count(distinct app)::bigint, bool_or(variant = 'control')
-              from analytics.experiment_arms_detail_daily where \(query.filter)
-             group by experiment order by experiment
-            """, query.parameters).decode((String, Int, Bool).self).flatMap { experiment, apps, hasControl in
+            with arms as (
+                select \(select)experiment, app as arm_app, variant
+                  from \(query.view("analytics.experiment_arms_detail_daily", has: [.day, .week, .app, .platform],
+                                    else: "analytics.experiment_arms_by_dimension_daily")) where \(query.filter)
+            ), groups as (
+                select \(group)experiment, bool_or(variant = 'control') as has_control from arms group by \(group)experiment
+            )
+            select g.experiment, (select count(distinct a.arm_app) from arms a where a.experiment = g.experiment)::bigint,
+                   count(*) filter (where not g.has_control)::bigint, count(*)::bigint
+              from groups g
+             group by g.experiment order by g.experiment
+            """, query.parameters).decode((String, Int, Int, Int).self).flatMap { experiment, apps, withoutControl, groups in
             let name = ResultTable.visible(experiment)
+            let control = withoutControl == 0 ? []
+                : withoutControl == groups ? ["experiment \(name) has no variant named 'control'; its variants are shown without a comparison"]
+                : ["experiment \(name) has no variant named 'control' in \(withoutControl) of its \(groups) groups; their variants are shown without a comparison"]
             return (pools && apps > 1 ? ["experiment \(name) runs in \(apps) apps; its arms are pooled across them (--by app compares them per app)"] : [])
-                + (hasControl ? [] : ["experiment \(name) has no variant named 'control'; its variants are shown without a comparison"])
+                + control
         }
     }
 

@@ -488,14 +488,25 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(empty.stdout.contains("(no data for this selection)"), empty.stdout)
 
         // An experiment without a control variant: its variants have no baseline, and a note says so.
-        let attempt = UUID()
-        try TestDatabase.append(["permission.prompted", "permission.granted"].map {
-            EventFixtures.event(type: $0, subject: "no-control", app: "com.example.nc", attempt: attempt,
-                                overrides: ["experiments": "{\"exp-nc\":\"A\"}", "attributes": "{}"])
-        }, to: db)
-        XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
+        func attempt(app: String, variant: String, answer: String) throws {
+            let attempt = UUID()
+            try TestDatabase.append(["permission.prompted", answer].map {
+                EventFixtures.event(type: $0, subject: "exp-nc-\(variant)", app: app, attempt: attempt,
+                                    overrides: ["experiments": "{\"exp-nc\":\"\(variant)\"}", "attributes": "{}"])
+            }, to: db)
+            XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
+        }
+        try attempt(app: "com.example.nc", variant: "A", answer: "permission.granted")
         let noControl = try CLITests.run(["stats", "priming", "--app", "com.example.nc", "--format", "csv"], url: url)
         XCTAssertEqual(noControl.stderr, "note: experiment exp-nc has no variant named 'control'; its variants are shown without a comparison\n")
         XCTAssertTrue(noControl.stdout.contains("\nexp-nc,A,1,1.0,"), noControl.stdout)
+
+        // The same key with a control in another app: compared per app, one group has no baseline.
+        try attempt(app: "com.example.nc2", variant: "control", answer: "permission.denied")
+        let byApp = try CLITests.run(["stats", "priming", "--by", "app", "--format", "csv"], url: url)
+        XCTAssertTrue(byApp.stderr.contains("note: experiment exp-nc has no variant named 'control' in 1 of its 2 groups; their variants are shown without a comparison\n"), byApp.stderr)
+        let pooled = try CLITests.run(["stats", "priming", "--format", "csv"], url: url)
+        XCTAssertTrue(pooled.stderr.contains("note: experiment exp-nc runs in 2 apps"), pooled.stderr)
+        XCTAssertFalse(pooled.stderr.contains("exp-nc has no variant"), pooled.stderr)
     }
 }
