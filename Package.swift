@@ -63,7 +63,7 @@ let package = Package(
         .testTarget(name: "ReportsTests", dependencies: ["Reports", "Analytics", "Simulation", "Projections", "EventLog", "PermissionEvents", "Postgres", "TestSupport"]),
         .testTarget(name: "SimulationTests", dependencies: ["Simulation", "PermissionEvents"]),
         .testTarget(name: "ComplianceTests", dependencies: ["Compliance", "Crypto", "EventLog", "Postgres", "Projections", "TestSupport"]),
-        .testTarget(name: "CollectorTests", dependencies: ["permaudit", "Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation"]),
+        .testTarget(name: "CollectorTests", dependencies: ["permaudit", "Collector", "MicroHTTP", "EventLog", "PermissionEvents", "Postgres", "TestSupport", "Simulation", "Benchmarks"]),
         .testTarget(name: "CLITests", dependencies: ["permaudit", "TestSupport", "Postgres", "EventLog"], exclude: ["Snapshots"]),
         .testTarget(
             name: "DashboardTests",

@@ -1,3 +1,4 @@
+import Benchmarks
 import Collector
 import EventLog
 import Foundation
@@ -304,7 +305,7 @@ final class CollectorTests: XCTestCase {
         let key = try createKey()
         let collector = try start { $0.keyCacheSeconds = 0; $0.databaseConnections = 4 }
         let port = collector.port
-        DispatchQueue.concurrentPerform(iterations: 4) { _ in   // several pooled connections
+        _ = try concurrently(4) { _ in   // several pooled connections
             guard let client = try? HTTPClient(port: port) else { return }
             _ = try? Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
         }
@@ -376,7 +377,7 @@ final class CollectorTests: XCTestCase {
         let clients = 16, requests = 10
         let acknowledged = LockedIDs()
         let failures = LockedIDs()
-        DispatchQueue.concurrentPerform(iterations: clients) { c in
+        _ = try concurrently(clients) { c in
             guard let client = try? HTTPClient(port: collector.port) else { return failures.add([UUID()]) }
             for r in 0..<requests {
                 let ids = (0..<20).map { _ in UUID() }

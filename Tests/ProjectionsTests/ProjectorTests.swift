@@ -300,6 +300,37 @@ final class ProjectorTests: XCTestCase {
         XCTAssertEqual(try ProjectionOracle.differences(db), [])
     }
 
+    /// An append sends no notification within 50 ms of one that did (039). A follower woken by
+    /// the first looks again soon, so it projects an append that committed just after its
+    /// catch-up, without waiting for its polling interval (a minute here).
+    func testTheFollowerProjectsAnAppendThatSentNoNotification() throws {
+        let db = try Connection(url: url)
+        let log = EventLog(connection: db)
+        let projected = "select events_projected from projection.checkpoint where name = 'analytics'"
+        func waitUntilProjected(_ count: Int) throws -> Bool {
+            for _ in 0..<2000 where try db.query(projected).scalar(Int.self) < count { Thread.sleep(forTimeInterval: 0.005) }
+            return try db.query(projected).scalar(Int.self) >= count
+        }
+        try log.append([EventFixtures.event(subject: "s0")])
+        let url = self.url
+        let stop = LockedFlag()
+        let stopped = DispatchSemaphore(value: 0)
+        Thread {
+            _ = try? Projector(url: url).follow(pollInterval: 60, shouldStop: { stop.isSet })
+            stopped.signal()
+        }.start()
+        defer { stop.set(); stopped.wait() }
+        XCTAssertTrue(try waitUntilProjected(1), "the follower's first catch-up")
+        Thread.sleep(forTimeInterval: 0.3)  // the follower waits for a notification
+
+        try log.append([EventFixtures.event(subject: "s1")])  // notifies
+        try db.execute("begin")
+        try log.append([EventFixtures.event(subject: "s2")])  // within 50 ms: no notification
+        XCTAssertTrue(try waitUntilProjected(2), "woken by the first append")
+        try db.execute("commit")  // after the catch-up that the notification started
+        XCTAssertTrue(try waitUntilProjected(3), "the second append, projected on the follower's second look")
+    }
+
     /// A rebuild that starts while another projector's batch holds the checkpoint row waits for
     /// that batch (019), instead of deleting the counts the batch is about to update and then
     /// deadlocking with it on the checkpoint row.
