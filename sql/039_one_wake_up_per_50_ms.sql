@@ -13,7 +13,9 @@
 -- read the clock at the same time); an append that does not notify commits within 50 ms of one
 -- that did (unless its caller keeps the transaction open), and the projector, once woken, looks
 -- again 100 ms later for as long as it finds events (Projector.follow). Its 5 s polling
--- fallback covers a caller that kept its transaction open.
+-- fallback covers a caller that kept its transaction open, and the appends made within 50 ms
+-- after an append whose transaction rolled back (a rollback does not undo setval, but discards
+-- the notification).
 --
 -- audit.append_events is 034's function with its two pg_notify calls replaced by
 -- audit.notify_appended().
