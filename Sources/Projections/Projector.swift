@@ -181,7 +181,7 @@ public final class Projector {
     /// After a wake-up, or a catch-up that found events, `follow` looks again this soon: an
     /// append sends no notification within 50 ms of one that did (`audit.notify_appended`, 039),
     /// so one wake-up can stand for appends that commit just after it.
-    public static let recheckInterval = 0.1
+    static let recheckInterval = 0.1
 
     /// Keeps up with the log: catches up, then waits for `NOTIFY permaudit_events` (or the
     /// polling interval) and catches up again, until `shouldStop` returns true. After a wake-up,
