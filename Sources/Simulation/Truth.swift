@@ -80,8 +80,6 @@ public struct Truth: Sendable {
                             100 * model.limited[.ios]!, 100 * model.limited[.android]!))
         lines.append(String(format: "  acceptance at the pre-permission screen %.1f%%; restricted iOS devices %.1f%%",
                             100 * model.acceptPrePermission, 100 * model.restrictedShare))
-        // Not what the report's picker adoption recovers: a use with access already granted
-        // makes no attempt, so adoption (picker / (picker + permission attempts)) reads higher.
         lines.append("  picker opened in avatar/chatAttachment uses by app version index 0-4: "
                      + (0..<5).map { String(format: "%.0f%%", 100 * model.pickerShare(versionIndex: $0)) }.joined(separator: ", ")
                      + " of all uses (picker adoption counts attempts: uses with access granted make none, so it reads higher)")

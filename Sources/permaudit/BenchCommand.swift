@@ -49,8 +49,7 @@ enum BenchCommand: Command {
         if which != "project", arguments.value("--batch-size") != nil {
             throw UsageError(message: "--batch-size applies only to 'bench project'", usage: usage)
         }
-        if arguments.value("--database-url") == "" { throw UsageError(message: "'--database-url' is empty", usage: usage) }
-        let url = try Database.resolveURL(arguments.value("--database-url"))
+        let url = try resolveDatabaseURL(arguments)
         let context = BenchmarkContext(adminURL: url, log: { printError("bench: \($0)") })
         let sql = try Migrator.locateDirectory()
         let rows: [BenchmarkRow]

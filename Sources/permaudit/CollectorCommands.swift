@@ -36,9 +36,9 @@ enum ServeCommand: Command {
         guard HTTPServer.ipv4Address(String(listen[..<colon])) != nil else {
             throw UsageError(message: "'--listen' must name an IPv4 address or localhost (the collector listens on IPv4 only), got '\(listen[..<colon])'", usage: usage)
         }
-        _ = try openDatabase(arguments)  // migrates the embedded cluster, or checks an external database
+        let url = try openDatabaseAndURL(arguments).url  // migrates the embedded cluster, or checks an external database
         let migrations = try Migrator(directory: try Migrator.locateDirectory()).migrations
-        var configuration = CollectorConfiguration(databaseURL: try Database.resolveURL(arguments.value("--database-url")),
+        var configuration = CollectorConfiguration(databaseURL: url,
                                                    requiredMigrations: Set(migrations.map(\.version)))
         configuration.host = String(listen[..<colon])
         configuration.port = port

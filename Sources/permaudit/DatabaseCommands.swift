@@ -30,13 +30,20 @@ func openDatabaseAndURL(_ arguments: ParsedArguments) throws -> (connection: Con
     return (connection, url)
 }
 
-/// Connects to --database-url, else DATABASE_URL, else the embedded cluster (started on first
-/// use), without looking at the schema. A URL that does not parse is named by where it came from.
-func connectDatabase(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String, embedded: Bool) {
+/// --database-url (refused when empty), else DATABASE_URL, else the embedded cluster's URL
+/// (started on first use).
+func resolveDatabaseURL(_ arguments: ParsedArguments) throws -> String {
     let explicit = arguments.value("--database-url")
     if explicit?.isEmpty == true { throw UsageError(message: "'--database-url' is empty", usage: arguments.usage) }
+    return try Database.resolveURL(explicit)
+}
+
+/// Connects to `resolveDatabaseURL`, without looking at the schema. A URL that does not parse is
+/// named by where it came from.
+func connectDatabase(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String, embedded: Bool) {
+    let explicit = arguments.value("--database-url")
     let embedded = explicit == nil && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
-    let url = try Database.resolveURL(explicit)
+    let url = try resolveDatabaseURL(arguments)
     do {
         return (try Connection(url: url), url, embedded)
     } catch let error as PostgresError where error.code == .invalidConnectionString {

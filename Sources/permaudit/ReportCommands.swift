@@ -43,17 +43,10 @@ enum ReportCommand: Command {
         let days = try arguments.dayRange()
         let filters = StatsQuery(app: try arguments.app(), platform: try arguments.platform(), from: days.from, to: days.to)
         let report = try Report.build(try openDatabase(arguments), filters: filters)
-        let written = try write(report, formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
+        let written = try ReportWriter(report).write(formats, to: URL(fileURLWithPath: arguments.value("--out") ?? "reports"))
         for note in report.notes { printError("note: " + ResultTable.visible(note)) }
         print(written.joined(separator: "\n"))
         return 0
-    }
-
-    /// `ReportWriter.write`, failing with the path and the reason (exit 1).
-    static func write(_ report: Report, _ formats: [ReportWriter.Format], to directory: URL) throws -> [String] {
-        do { return try ReportWriter(report).write(formats, to: directory) } catch let error as ReportWriter.OutputError {
-            throw CommandFailure(message: error.description)
-        }
     }
 }
 
@@ -129,7 +122,7 @@ enum DemoCommand: Command {
         step("projected \(progress.events) events in " + counted(progress.batches, "batch", "batches"))
 
         let report = try Report.build(db, filters: StatsQuery())
-        let written = try ReportCommand.write(report, ReportWriter.Format.allCases, to: out)
+        let written = try ReportWriter(report).write(ReportWriter.Format.allCases, to: out)
         step("report written")
         print("")
         print(try headline(db))
