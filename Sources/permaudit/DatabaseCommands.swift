@@ -165,7 +165,7 @@ enum IngestCommand: Command {
         and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
         is written to FILE as {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes,
         for a line that is not UTF-8), and the exit status is 3 when any line was rejected (FILE
-        must not be one of the inputs; it is created with mode 0600). Lines may end in LF or CRLF;
+        must not be one of the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF;
         a UTF-8 byte order mark before the first line is skipped.
         """
     static let options = [
@@ -197,13 +197,16 @@ enum IngestCommand: Command {
         var rejectsFile: FileHandle?
         if let path = arguments.value("--rejects") {
             ingestor.mode = .storeValid
-            // Owner-only, made so before an existing file is emptied: the raw lines hold subject
-            // ids, which erasure cannot reach in this file.
+            // A regular file is made owner-only before an existing one is emptied: the raw lines
+            // hold subject ids, which erasure cannot reach in this file. Anything else (a pipe,
+            // /dev/null, a terminal) is written as it is: its mode is not the command's to change.
             let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
             guard descriptor >= 0 else {
                 throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
             }
-            guard fchmod(descriptor, 0o600) == 0, ftruncate(descriptor, 0) == 0 else {
+            var status = stat()
+            guard fstat(descriptor, &status) == 0,
+                  status.st_mode & S_IFMT != S_IFREG || (fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, 0) == 0) else {
                 let reason = String(cString: strerror(errno))
                 close(descriptor)
                 throw CommandFailure(message: "\(path): cannot create the rejects file (\(reason))")

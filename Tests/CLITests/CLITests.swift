@@ -220,6 +220,20 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: rejects.path)[.posixPermissions] as? Int, 0o600)
         let record = try JSONSerialization.jsonObject(with: Data(contentsOf: rejects)) as? [String: Any]
         XCTAssertEqual((record?["rawBase64"] as? String).flatMap { Data(base64Encoded: $0) }, Data(notUTF8.dropLast()))
+        // Not a regular file (a pipe here; /dev/null alike): written to, its mode left alone.
+        let pipe = directory.appendingPathComponent("rejects.fifo")
+        XCTAssertEqual(mkfifo(pipe.path, 0o644), 0)
+        let received = ReceivedData()
+        let readerDone = DispatchSemaphore(value: 0)
+        Thread {
+            received.data = FileHandle(forReadingAtPath: pipe.path)?.readDataToEndOfFile()
+            readerDone.signal()
+        }.start()
+        XCTAssertEqual(try permaudit(["ingest", input.path, "--rejects", pipe.path]).status, 3)
+        XCTAssertEqual(readerDone.wait(timeout: .now() + 60), .success)
+        XCTAssertEqual(received.data.map { String(decoding: $0, as: UTF8.self).split(separator: "\n").count }, 2)
+        XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: pipe.path)[.posixPermissions] as? Int, 0o644)
+
         for (path, message) in [("-", "'--rejects' needs a file"), (directory.path, "cannot create the rejects file (Is a directory)")] {
             let run = try permaudit(["ingest", input.path, "--rejects", path])
             XCTAssertTrue(run.stderr.contains(message), run.stderr)
@@ -270,6 +284,11 @@ final class CLITests: XCTestCase {
 
 /// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
 /// where a clean rebuild ends; `stats` prints what the views hold.
+/// What a reader thread received; read after its semaphore is signalled.
+private final class ReceivedData: @unchecked Sendable {
+    var data: Data?
+}
+
 final class ProjectCommandTests: XCTestCase {
     var url = ""
     override func setUpWithError() throws { url = try TestDatabase.create() }
