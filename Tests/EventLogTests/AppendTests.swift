@@ -294,6 +294,54 @@ final class AppendTests: XCTestCase {
         XCTAssertEqual(try count(), 3)
     }
 
+    /// Appends 2000 events of 2000 new installs in one transaction, 500 per call, as an
+    /// all-or-nothing ingest does: the log's rows its calls read by scanning the log, and the
+    /// probes of the event-id index (this transaction's counts: pg_stat_get_xact_*).
+    func appendInOneTransaction() throws -> (scannedRows: Int, probes: Int) {
+        let events = (0..<2000).map { EventFixtures.event(subject: "install-\($0)") }
+        let counts = """
+            select pg_stat_get_xact_tuples_returned('audit.events'::regclass),
+                   pg_stat_get_xact_numscans('audit.events_event_id_key'::regclass)
+            """
+        try db.execute("begin")
+        let before = try db.query(counts).decode((Int, Int).self)[0]
+        for start in stride(from: 0, to: events.count, by: 500) {
+            XCTAssertEqual(try log.append(Array(events[start..<start + 500])).filter { $0.status == .appended }.count, 500)
+        }
+        let after = try db.query(counts).decode((Int, Int).self)[0]
+        try db.execute("commit")
+        XCTAssertEqual(try count(), 2000)
+        return (after.0 - before.0, after.1 - before.1)
+    }
+
+    /// The statistics of a log vacuumed after a transaction that appended and rolled back (a
+    /// killed ingest) say: pages, and no rows on them, however many the next transaction adds.
+    /// Its calls must keep probing the indexes (040). Before, each call read its batch again for
+    /// every link row, looking every event id up once per link: 2.5 million probes here.
+    func testOneTransactionGrowingALogWhoseStatisticsSayNoRowsKeepsProbingTheIndexes() throws {
+        try db.execute("begin")
+        _ = try log.append((0..<2000).map { _ in EventFixtures.event(subject: "install-\(UUID())") })
+        try db.execute("rollback")
+        try db.execute("vacuum (truncate false) audit.events, audit.subject_streams")
+        XCTAssertEqual(try db.query("""
+            select count(*) from pg_class
+             where oid in ('audit.events'::regclass, 'audit.subject_streams'::regclass) and reltuples = 0 and relpages > 0
+            """).scalar(Int.self), 2)
+        let (scannedRows, probes) = try appendInOneTransaction()
+        XCTAssertLessThan(scannedRows, 2000)
+        XCTAssertLessThan(probes, 20_000, "each event id is looked up a few times, not once per link")
+    }
+
+    /// A log vacuumed while empty: the check on new links (035) was planned in the first call,
+    /// on an empty log, as a scan of the log, and kept that plan for the session, scanning the
+    /// log once per new install in every later call (040).
+    func testOneTransactionGrowingALogVacuumedWhileEmptyKeepsProbingTheIndexes() throws {
+        try db.execute("vacuum audit.events, audit.subject_streams")
+        let (scannedRows, probes) = try appendInOneTransaction()
+        XCTAssertLessThan(scannedRows, 2000, "the log's rows read by scanning it")
+        XCTAssertLessThan(probes, 20_000)
+    }
+
     func testExpectedVersion() throws {
         let first = try log.append([EventFixtures.event(subject: "s")], expectedVersion: -1)
         XCTAssertEqual(first.first?.status, .appended)
