@@ -42,11 +42,25 @@ public struct EmbeddedCluster: Sendable {
             return .notCreated
         }
         let result = try pgctl(["status", "-D", dataDirectory.path])
-        if result.status == 0 {
-            let pidFile = (try? String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8)) ?? ""
-            return .running(pid: Int(pidFile.split(separator: "\n").first ?? "") ?? 0)
+        if result.status == 0, let pid = serverPID, !Self.isZombie(pid) {
+            return .running(pid: pid)
         }
         return .stopped
+    }
+
+    /// The server's process id from its lock file.
+    private var serverPID: Int? {
+        let pidFile = (try? String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8)) ?? ""
+        return Int(pidFile.split(separator: "\n").first ?? "")
+    }
+
+    /// Whether the process has exited but its parent has not collected it yet (state Z in
+    /// /proc/PID/stat). pg_ctl counts such a server as running, and a new server refuses to
+    /// start while its lock file names it: a server killed with SIGKILL stays so until reaped.
+    static func isZombie(_ pid: Int) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return false }
+        return stat[stat.index(after: end)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
     }
 
     /// Creates the cluster if needed, starts it if stopped, and creates the database. Idempotent
@@ -62,6 +76,9 @@ public struct EmbeddedCluster: Sendable {
         return try withLock {
             if try status() == .notCreated { try initialise() }
             if case .running = try status() {} else {
+                // A killed server not yet collected by its parent: wait for it (up to 10 s).
+                let deadline = Date().addingTimeInterval(10)
+                while let pid = serverPID, Self.isZombie(pid), Date() < deadline { usleep(100_000) }
                 try prepareRunDirectory()
                 // The server inherits pg_ctl's descriptors: give it no pipe to hold open.
                 let result = try pgctl(["start", "-w", "-t", "60", "-D", dataDirectory.path, "-l", logFile.path], capture: false)

@@ -1,4 +1,4 @@
-import EventLog
+@testable import EventLog
 import Foundation
 import Postgres
 import TestSupport
@@ -62,6 +62,23 @@ final class MigratorTests: XCTestCase {
         XCTAssertNil(try admin.query("select to_regclass('public.injected')::text").scalar(String?.self))
         try cluster.dropDatabase(name)
         XCTAssertFalse(try admin.query("select exists (select 1 from pg_database where datname = $1)", [name]).scalar(Bool.self))
+    }
+
+    /// A server killed with SIGKILL is a zombie until its parent collects it: pg_ctl counts it as
+    /// running and a new server refuses its lock file, so `status` calls it stopped and `start`
+    /// waits for it to go (before, `db start` right after the kill failed to connect).
+    func testAnExitedProcessNotYetCollectedIsNoRunningServer() throws {
+        var pid: pid_t = 0
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/true"), nil]
+        defer { argv.forEach { free($0) } }
+        XCTAssertEqual(posix_spawn(&pid, "/bin/true", nil, nil, argv, environ), 0)
+        let deadline = Date().addingTimeInterval(10)
+        while !EmbeddedCluster.isZombie(Int(pid)), Date() < deadline { usleep(10_000) }
+        XCTAssertTrue(EmbeddedCluster.isZombie(Int(pid)), "exited, not collected")
+        var status: Int32 = 0
+        XCTAssertEqual(waitpid(pid, &status, 0), pid)
+        XCTAssertFalse(EmbeddedCluster.isZombie(Int(pid)), "collected")
+        XCTAssertFalse(EmbeddedCluster.isZombie(Int(getpid())), "running")
     }
 
     /// A home whose socket path cannot fit a Unix socket address is refused before anything is
