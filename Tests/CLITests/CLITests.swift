@@ -282,13 +282,13 @@ final class CLITests: XCTestCase {
     }
 }
 
-/// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
-/// where a clean rebuild ends; `stats` prints what the views hold.
 /// What a reader thread received; read after its semaphore is signalled.
 private final class ReceivedData: @unchecked Sendable {
     var data: Data?
 }
 
+/// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
+/// where a clean rebuild ends; `stats` prints what the views hold.
 final class ProjectCommandTests: XCTestCase {
     var url = ""
     override func setUpWithError() throws { url = try TestDatabase.create() }
