@@ -16,6 +16,11 @@ fi
 url=$1
 directory=${2:-$(dirname "$0")/../sql}
 
+# The session the migrations are written for, whatever the database's or role's defaults (as
+# `permaudit migrate` sets it): names resolve to PostgreSQL's own functions and operators only,
+# backslashes in literals are backslashes, the text is UTF-8.
+export PGOPTIONS="${PGOPTIONS:-} -c search_path=pg_catalog,pg_temp -c standard_conforming_strings=on"
+export PGCLIENTENCODING=UTF8
 run_psql() { psql "$url" -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 run_psql <<'SQL'

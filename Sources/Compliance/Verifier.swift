@@ -67,18 +67,9 @@ public struct Verifier {
     /// database, must be in the chain: deleting the newest seals leaves a chain intact in itself.
     /// `workers` connections share one read-only snapshot (exported by the first) and check the
     /// seals between them.
-    /// A connection whose names resolve to PostgreSQL's own functions and operators first
-    /// (`search_path` pinned, as in the product's server functions): a database or role setting
-    /// cannot put a look-alike `encode` or `||` in front of them.
-    static func connect(_ url: String) throws -> Connection {
-        let connection = try Connection(url: url)
-        try connection.execute("set search_path = pg_catalog, pg_temp")
-        return connection
-    }
-
     public func verify(url: String, positions: ClosedRange<Int64>? = nil, expectedSeal: [UInt8]? = nil,
                        workers: Int = 2) throws -> Result {
-        let db = try Self.connect(url)
+        let db = try Connection(url: url)
         try db.execute("begin transaction isolation level repeatable read read only")
         defer { _ = try? db.execute("rollback") }
         let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
@@ -88,7 +79,7 @@ public struct Verifier {
         let publicKey = self.publicKey
         DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in
             do {
-                let connection = try Self.connect(url)
+                let connection = try Connection(url: url)
                 try connection.execute("begin transaction isolation level repeatable read read only")
                 try connection.query("set transaction snapshot '\(snapshot)'")
                 for index in stride(from: worker, to: seals.count, by: max(1, min(workers, seals.count))) {

@@ -29,7 +29,32 @@ public final class Connection {
         self.handle = handle
         // Keep server notices (RAISE NOTICE, warnings) off stderr: they may quote data.
         PQsetNoticeProcessor(handle, { _, _ in }, nil)
+        try execute(Self.sessionSettings)
     }
+
+    /// What every connection sets first, whatever the server's, the database's or the role's
+    /// defaults (a later SET in the session still wins):
+    /// - `client_encoding` UTF8: Swift strings are UTF-8 (under LATIN1 every non-ASCII character
+    ///   was stored encoded twice, and seals then failed to verify);
+    /// - `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 3, `bytea_output` hex:
+    ///   the text formats `PostgresValue` decodes, every digit of a double included;
+    /// - `standard_conforming_strings` on: a backslash in a literal is a backslash (in the
+    ///   migrations, and in the patterns of server functions, which are parsed as they run);
+    /// - `search_path` pg_catalog, pg_temp: unqualified names are PostgreSQL's own functions and
+    ///   operators only; a look-alike `date_trunc(text, date)` in a schema on the database's
+    ///   search_path matched better than the real one and ran as the caller;
+    /// - `default_transaction_isolation` read committed: the write path and the projector read
+    ///   under their locks in new snapshots.
+    static let sessionSettings = """
+        set client_encoding = 'UTF8';
+        set datestyle = 'ISO, YMD';
+        set intervalstyle = 'postgres';
+        set extra_float_digits = 3;
+        set bytea_output = 'hex';
+        set standard_conforming_strings = on;
+        set search_path = pg_catalog, pg_temp;
+        set default_transaction_isolation = 'read committed'
+        """
 
     deinit { PQfinish(handle) }
 

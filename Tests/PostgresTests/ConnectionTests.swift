@@ -26,6 +26,36 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(row.6.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
     }
 
+    /// A database whose defaults change formats, encoding, names and isolation: a connection
+    /// sets what the package relies on, and decodes as on a default database.
+    func testAConnectionSetsTheSessionItReliesOn() throws {
+        let admin = try Connection(url: url)
+        let database: String = try admin.query("select current_database()::text").scalar()
+        try admin.execute("""
+            create schema shadow;
+            create function shadow.date_trunc(text, date) returns date language sql as 'select date ''1999-01-01''';
+            alter database "\(database)" set datestyle = 'German';
+            alter database "\(database)" set intervalstyle = 'sql_standard';
+            alter database "\(database)" set extra_float_digits = -15;
+            alter database "\(database)" set bytea_output = 'escape';
+            alter database "\(database)" set standard_conforming_strings = off;
+            alter database "\(database)" set search_path = shadow, public;
+            alter database "\(database)" set default_transaction_isolation = 'serializable';
+            alter database "\(database)" set client_encoding = 'LATIN1'
+            """)
+        let db = try Connection(url: url)
+        let row = try db.query("""
+            select '2026-10-03 09:15:27.12+00'::timestamptz, 1.0::float8 / 3, date_trunc('week', date '2026-10-03')::date::text,
+                   length('\\'), 'É✓', current_setting('default_transaction_isolation')
+            """).decode((Date, Double, String, Int, String, String).self)[0]
+        XCTAssertEqual(row.0.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
+        XCTAssertEqual(row.1, 1.0 / 3, "every digit")
+        XCTAssertEqual(row.2, "2026-09-28", "PostgreSQL's date_trunc, not the look-alike")
+        XCTAssertEqual(row.3, 1, "a backslash is a backslash")
+        XCTAssertEqual(row.4, "É✓")
+        XCTAssertEqual(row.5, "read committed")
+    }
+
     /// The server runs on this machine here: the offset is its clock against the same clock.
     func testClockOffsetIsInSeconds() throws {
         XCTAssertEqual(try Connection(url: url).clockOffset(), 0, accuracy: 1)
@@ -43,7 +73,7 @@ final class ConnectionTests: XCTestCase {
 
     func testErrorsCarrySQLStateMessageAndDetail() throws {
         let db = try Connection(url: url)
-        try db.execute("create table t (id int primary key)")
+        try db.execute("create temporary table t (id int primary key)")
         try db.query("insert into t values ($1)", [1])
         XCTAssertThrowsError(try db.query("insert into t values ($1)", [1])) { error in
             guard let error = error as? PostgresError else { return XCTFail("\(error)") }
@@ -80,7 +110,7 @@ final class ConnectionTests: XCTestCase {
         XCTAssertThrowsError(try db.preparedQuery("select * from no_such_table")) { error in
             XCTAssertEqual((error as? PostgresError)?.code.rawValue, "42P01")
         }
-        try db.execute("create table no_such_table (n int)")
+        try db.execute("create temporary table no_such_table (n int)")
         XCTAssertEqual(try db.preparedQuery("select count(*)::int from no_such_table").scalar(Int.self), 0)
         XCTAssertThrowsError(try db.preparedQuery(sql, ["x", "c"])) { error in   // a bad parameter: the error, not a retry
             XCTAssertEqual((error as? PostgresError)?.code.rawValue, "22P02")
@@ -123,7 +153,7 @@ final class ConnectionTests: XCTestCase {
 
     func testTransactionsCommitAndRollBack() throws {
         let db = try Connection(url: url)
-        try db.execute("create table t (id int)")
+        try db.execute("create temporary table t (id int)")
         try db.transaction { try db.query("insert into t values (1)") }
         struct Boom: Error {}
         XCTAssertThrowsError(try db.transaction {
@@ -152,7 +182,7 @@ final class ConnectionTests: XCTestCase {
 
     func testCopyInAndOut() throws {
         let db = try Connection(url: url)
-        try db.execute("create table t (id int, name text)")
+        try db.execute("create temporary table t (id int, name text)")
         let copied = try db.copyIn("copy t from stdin") { writer in
             for i in 0..<10_000 { try writer.write("\(i)\tname \(i)\n") }
         }
