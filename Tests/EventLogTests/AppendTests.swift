@@ -342,6 +342,18 @@ final class AppendTests: XCTestCase {
         XCTAssertLessThan(probes, 20_000)
     }
 
+    /// A caller whose session reads backslashes in literals as escapes (041): the write path's
+    /// patterns are still patterns.
+    func testACallerWithoutStandardStringsGetsTheSameRules() throws {
+        try db.execute("set standard_conforming_strings = off")
+        let fine = EventFixtures.event(occurredAt: "2026-10-03T09:15:27.1234567Z")
+        XCTAssertEqual(try log.append([fine]).first?.status, .appended)
+        XCTAssertEqual(try db.query("select to_char(occurred_at at time zone 'UTC', 'SS.US') from audit.events").scalar(String.self), "27.123456")
+        XCTAssertThrowsError(try log.append([EventFixtures.event(overrides: ["osVersion": "\"17x4\""])])) { error in
+            XCTAssertTrue("\(error)".contains("osVersion:"), "\(error)")
+        }
+    }
+
     func testExpectedVersion() throws {
         let first = try log.append([EventFixtures.event(subject: "s")], expectedVersion: -1)
         XCTAssertEqual(first.first?.status, .appended)
