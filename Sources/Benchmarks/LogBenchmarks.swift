@@ -30,14 +30,14 @@ public struct IngestBenchmark {
         let rawURL = try context.freshDatabase("permaudit_bench_raw", migrated: false, sqlDirectory: sqlDirectory)
         defer { context.dropDatabase("permaudit_bench_raw") }
         let raw = try Connection(url: rawURL)
-        try PlainLog.create("raw_events", on: raw)
+        try PlainLog.create("public.raw_events", on: raw)
         context.log("raw COPY")
         var copied = 0
         let copySeconds = try measure {
             let fd = open(tsv.path, O_RDONLY)
             defer { close(fd) }
             var chunk = [UInt8](repeating: 0, count: 1 << 20)
-            copied = try raw.copyIn("copy raw_events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
+            copied = try raw.copyIn("copy public.raw_events (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload) from stdin") { writer in
                 while true {
                     let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
                     if n <= 0 { break }
@@ -47,7 +47,7 @@ public struct IngestBenchmark {
         }
 
         // Not a product path: the floor of any write path that takes JSON arrays of events.
-        try PlainLog.create("floor_log", on: raw)
+        try PlainLog.create("public.floor_log", on: raw)
         try raw.execute(PlainLog.floorFunction)
         context.log("write-path floor")
         var floored = 0
@@ -57,7 +57,7 @@ public struct IngestBenchmark {
             var lines = 0
             func send() throws {
                 array.append(UInt8(ascii: "]"))
-                floored += try raw.preparedQuery("select * from floor_append($1::jsonb)", [String(decoding: array, as: UTF8.self)]).count
+                floored += try raw.preparedQuery("select * from public.floor_append($1::jsonb)", [String(decoding: array, as: UTF8.self)]).count
                 array.removeAll(keepingCapacity: true)
                 lines = 0
             }
@@ -134,9 +134,9 @@ public struct AppendBenchmark {
         let url = try context.freshDatabase("permaudit_bench_append", sqlDirectory: sqlDirectory)
         defer { context.dropDatabase("permaudit_bench_append") }
         let setup = try Connection(url: url)
-        try setup.execute("create table plain_insert (id bigint generated always as identity primary key, event_id uuid not null unique, payload jsonb not null)")
-        try PlainLog.create("plain_log", on: setup)
-        try PlainLog.create("floor_log", on: setup)
+        try setup.execute("create table public.plain_insert (id bigint generated always as identity primary key, event_id uuid not null unique, payload jsonb not null)")
+        try PlainLog.create("public.plain_log", on: setup)
+        try PlainLog.create("public.floor_log", on: setup)
         try setup.execute(PlainLog.floorFunction)
         var results: [[BenchmarkRow]] = []
         for connections in [1, 8] {
@@ -147,7 +147,7 @@ public struct AppendBenchmark {
             let insert = try concurrently(connections) { worker in
                 let db = try Connection(url: url)
                 for event in batches[worker] {
-                    try db.preparedQuery("insert into plain_insert (event_id, payload) values ($1::uuid, $2::jsonb)", [event.eventId, event.json])
+                    try db.preparedQuery("insert into public.plain_insert (event_id, payload) values ($1::uuid, $2::jsonb)", [event.eventId, event.json])
                 }
             }
             context.log("plain INSERT of the log's row, \(connections) connection(s)")
@@ -158,7 +158,7 @@ public struct AppendBenchmark {
                         event.eventId, connections * 100 + worker, i, event.type, event.occurredAt, event.app, event.platform,
                         event.osMajor, event.appVersion, event.attempt, event.permission, event.flow, event.payload]
                     try db.preparedQuery("""
-                        insert into plain_log (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major,
+                        insert into public.plain_log (event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major,
                                                app_version, attempt, permission, flow, payload)
                         values ($1::uuid, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10::uuid, $11, $12, $13::jsonb)
                         """, parameters)
@@ -168,7 +168,7 @@ public struct AppendBenchmark {
             let floor = try concurrently(connections) { worker in
                 let db = try Connection(url: url)
                 for event in batches[worker] {
-                    try db.preparedQuery("select * from floor_append($1::jsonb)", ["[" + event.json + "]"])
+                    try db.preparedQuery("select * from public.floor_append($1::jsonb)", ["[" + event.json + "]"])
                 }
             }
             context.log("write path, \(connections) connection(s)")
@@ -214,15 +214,15 @@ enum PlainLog {
     /// sequence), answering one row per event as `audit.append_events` does. No check, no stream,
     /// no duplicate handling: not a product path, a measure of what the interface itself costs.
     static let floorFunction = """
-        create sequence floor_version;
-        create function floor_append(events jsonb) returns table (event_id uuid, "position" bigint, status text)
+        create sequence public.floor_version;
+        create function public.floor_append(events jsonb) returns table (event_id uuid, "position" bigint, status text)
         language plpgsql as $$
         begin
             return query
             with inserted as (
-                insert into floor_log as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
+                insert into public.floor_log as l (event_id, stream_key, stream_version, type, occurred_at, app, platform,
                                             os_major, app_version, attempt, permission, flow, payload)
-                select (x.e->>'eventId')::uuid, 0, nextval('floor_version'), x.e->>'type', (x.e->>'occurredAt')::timestamptz,
+                select (x.e->>'eventId')::uuid, 0, nextval('public.floor_version'), x.e->>'type', (x.e->>'occurredAt')::timestamptz,
                        x.e->>'app', x.e->>'platform', split_part(x.e->>'osVersion', '.', 1)::integer, x.e->>'appVersion',
                        (x.e->>'attempt')::uuid, x.e->>'permission', x.e->>'flow', x.e - 'subject'
                   from jsonb_array_elements(events) as x(e)
