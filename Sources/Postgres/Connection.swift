@@ -3,7 +3,9 @@ import Foundation
 
 /// One connection to PostgreSQL. Owns its `PGconn` and closes it in `deinit`.
 ///
-/// A connection is used from one thread at a time (libpq's rule); open one per thread.
+/// A connection is used from one thread at a time (libpq's rule); open one per thread. It sets
+/// its session first (`sessionSettings`): unqualified names resolve in `pg_catalog` and
+/// `pg_temp` only, so name other tables with their schema.
 ///
 ///     let db = try Connection(url: "postgresql:///permaudit?host=/tmp")
 ///     let n: Int = try db.query("select count(*) from audit.events").scalar()
