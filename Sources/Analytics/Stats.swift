@@ -142,11 +142,12 @@ public enum Stats {
                                     else: "analytics.experiment_arms_by_dimension_daily")) where \(query.filter)
             ), groups as (
                 select \(group)experiment, bool_or(variant = 'control') as has_control from arms group by \(group)experiment
+            ), apps as (
+                select experiment, count(distinct arm_app)::bigint as apps from arms group by experiment
             )
-            select g.experiment, (select count(distinct a.arm_app) from arms a where a.experiment = g.experiment)::bigint,
-                   count(*) filter (where not g.has_control)::bigint, count(*)::bigint
-              from groups g
-             group by g.experiment order by g.experiment
+            select g.experiment, a.apps, count(*) filter (where not g.has_control)::bigint, count(*)::bigint
+              from groups g join apps a using (experiment)
+             group by g.experiment, a.apps order by g.experiment
             """, query.parameters).decode((String, Int, Int, Int).self).flatMap { experiment, apps, withoutControl, groups in
             let name = ResultTable.visible(experiment)
             let control = withoutControl == 0 ? []

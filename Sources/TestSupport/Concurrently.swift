@@ -7,10 +7,15 @@ public enum Concurrently {
     /// Runs `body` on a new connection to `url` in the background; the returned function waits
     /// for its result.
     public static func run<T: Sendable>(on url: String, _ body: @escaping @Sendable (Connection) throws -> T) -> () -> Result<T, any Error> {
+        inBackground { try body(try Connection(url: url)) }
+    }
+
+    /// Runs `body` on a thread of its own; the returned function waits for its result.
+    public static func inBackground<T: Sendable>(_ body: @escaping @Sendable () throws -> T) -> () -> Result<T, any Error> {
         let done = DispatchSemaphore(value: 0)
         let box = Box<T>()
         Thread.detachNewThread {
-            box.value = Result { try body(try Connection(url: url)) }
+            box.value = Result { try body() }
             done.signal()
         }
         return { done.wait(); return box.value! }

@@ -223,15 +223,9 @@ final class CLITests: XCTestCase {
         // Not a regular file (a pipe here; /dev/null alike): written to, its mode left alone.
         let pipe = directory.appendingPathComponent("rejects.fifo")
         XCTAssertEqual(mkfifo(pipe.path, 0o644), 0)
-        let received = ReceivedData()
-        let readerDone = DispatchSemaphore(value: 0)
-        Thread {
-            received.data = FileHandle(forReadingAtPath: pipe.path)?.readDataToEndOfFile()
-            readerDone.signal()
-        }.start()
+        let received = Concurrently.inBackground { FileHandle(forReadingAtPath: pipe.path)?.readDataToEndOfFile() }
         XCTAssertEqual(try permaudit(["ingest", input.path, "--rejects", pipe.path]).status, 3)
-        XCTAssertEqual(readerDone.wait(timeout: .now() + 60), .success)
-        XCTAssertEqual(received.data.map { String(decoding: $0, as: UTF8.self).split(separator: "\n").count }, 2)
+        XCTAssertEqual(try received().get().map { String(decoding: $0, as: UTF8.self).split(separator: "\n").count }, 2)
         XCTAssertEqual(try FileManager.default.attributesOfItem(atPath: pipe.path)[.posixPermissions] as? Int, 0o644)
 
         for (path, message) in [("-", "'--rejects' needs a file"), (directory.path, "cannot create the rejects file (Is a directory)")] {
@@ -280,11 +274,6 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(try permaudit(["migrate"], environment: ["DATABASE_URL": bare]).status, 0)
         XCTAssertEqual(try permaudit(["events"], environment: ["DATABASE_URL": bare]).status, 0)
     }
-}
-
-/// What a reader thread received; read after its semaphore is signalled.
-private final class ReceivedData: @unchecked Sendable {
-    var data: Data?
 }
 
 /// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
