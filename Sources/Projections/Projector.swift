@@ -178,29 +178,31 @@ public final class Projector {
         return total
     }
 
-    /// After a wake-up, or a catch-up that found events, `follow` looks again this soon: an
-    /// append sends no notification within 50 ms of one that did (`audit.notify_appended`, 039),
-    /// so one wake-up can stand for appends that commit just after it.
+    /// For `recheckWindow` seconds after a wake-up, and while its catch-ups find events, `follow`
+    /// looks again every `recheckInterval` seconds: an append sends no notification within 50 ms
+    /// of one that did (`audit.notify_appended`, 039), so one wake-up can stand for appends that
+    /// commit after it.
     static let recheckInterval = 0.1
+    static let recheckWindow = 1.0
 
     /// Keeps up with the log: catches up, then waits for `NOTIFY permaudit_events` (or the
-    /// polling interval) and catches up again, until `shouldStop` returns true. After a wake-up,
-    /// and for as long as it finds events, it looks again after `recheckInterval`. A batch in
+    /// polling interval) and catches up again, until `shouldStop` returns true. For a second after
+    /// a wake-up, and for as long as it finds events, it looks again every 100 ms. A batch in
     /// progress when a stop is requested is finished (committed) first.
     public func follow(pollInterval: Double = 5, shouldStop: () -> Bool, onBatch: (Progress) -> Void = { _ in },
                        afterCatchUp: () throws -> Void = {}) throws {
         try connection.listen(Self.channel)
-        var woken = false
+        var lastWakeUp = Date.distantPast
         while !shouldStop() {
             let found = try catchUp(shouldStop: shouldStop, onBatch: onBatch).events > 0
             try afterCatchUp()
-            let interval = woken || found ? min(Self.recheckInterval, pollInterval) : pollInterval
-            woken = false
+            let recheck = found || Date().timeIntervalSince(lastWakeUp) < Self.recheckWindow
+            let interval = recheck ? min(Self.recheckInterval, pollInterval) : pollInterval
             var waited = 0.0
             while !shouldStop() && waited < interval {
                 let timeout = min(1, interval - waited)
                 if try connection.waitForNotification(timeout: timeout) != nil {
-                    woken = true
+                    lastWakeUp = Date()
                     break
                 }
                 waited += timeout
