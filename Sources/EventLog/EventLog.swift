@@ -21,10 +21,40 @@ public final class EventLog {
 
     /// Appends wire-format events (each a JSON object text) in one call of the write path.
     /// Throws `AppendError` for an invalid event, an id conflict or a wrong expected version;
-    /// then nothing of the batch is stored.
+    /// then nothing of the batch is stored. An element that is not one JSON object text (empty,
+    /// or two objects joined by a comma, which the array would take as two events) is an
+    /// invalid event at its index, before anything is sent.
     @discardableResult
     public func append(_ events: [String], expectedVersion: Int64? = nil) throws -> [AppendResult] {
-        try append(jsonArray: "[" + events.joined(separator: ",") + "]", expectedVersion: expectedVersion)
+        if let index = events.firstIndex(where: { !Self.isOneObject($0) }) {
+            throw AppendError(PostgresError(code: .init(AppendError.Kind.invalidEvent.rawValue),
+                                            message: "events[\(index)].event: must be one JSON object", detail: "index=\(index)"))!
+        }
+        return try append(jsonArray: "[" + events.joined(separator: ",") + "]", expectedVersion: expectedVersion)
+    }
+
+    /// Whether `text` is, around JSON whitespace, one `{...}` whose braces and brackets pair up
+    /// outside strings: what it holds is the write path's to judge.
+    static func isOneObject(_ text: String) -> Bool {
+        var depth = 0, inString = false, escaped = false, closed = false
+        for byte in text.utf8 {
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"): continue
+            case _ where closed: return false
+            case UInt8(ascii: "{"): depth += 1
+            case UInt8(ascii: "["): guard depth > 0 else { return false }; depth += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                if depth == 0 { closed = true } else if depth < 0 { return false }
+            case UInt8(ascii: "\""): guard depth > 0 else { return false }; inString = true
+            default: guard depth > 0 else { return false }
+            }
+        }
+        return closed
     }
 
     /// Appends a JSON array text of wire-format events.

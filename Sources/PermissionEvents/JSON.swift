@@ -9,23 +9,62 @@ public enum JSONValue: Equatable, Sendable {
     case array([JSONValue])
     case object([(key: String, value: JSONValue)])
 
+    /// Equality as PostgreSQL's `jsonb` has it, which decides whether a re-sent event is a
+    /// duplicate or a conflict: strings and keys equal byte for byte (not by Swift's canonical
+    /// equivalence: "é" and "e\u{301}" differ), numbers by exact decimal value (`1.0` equals `1`,
+    /// `9007199254740993` does not equal `9007199254740992`), members in any order.
     public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
         switch (lhs, rhs) {
         case (.null, .null): return true
         case let (.bool(a), .bool(b)): return a == b
-        case let (.number(a), .number(b)): return a == b || Double(a) == Double(b)
-        case let (.string(a), .string(b)): return a == b
+        case let (.number(a), .number(b)): return a == b || Decimal(json: a).map { $0 == Decimal(json: b) } ?? false
+        case let (.string(a), .string(b)): return a.utf8.elementsEqual(b.utf8)
         case let (.array(a), .array(b)): return a == b
         case let (.object(a), .object(b)):
-            return a.count == b.count && a.allSatisfy { member in b.contains { $0.key == member.key && $0.value == member.value } }
+            return a.count == b.count && a.allSatisfy { member in
+                b.contains { $0.key.utf8.elementsEqual(member.key.utf8) && $0.value == member.value }
+            }
         default: return false
         }
     }
 
-    /// The member `key` of an object (the last one, as PostgreSQL's jsonb keeps); nil otherwise.
+    /// The member `key` of an object (the last one, as PostgreSQL's jsonb keeps; keys compared
+    /// byte for byte); nil otherwise.
     public subscript(key: String) -> JSONValue? {
         guard case let .object(members) = self else { return nil }
-        return members.last { $0.key == key }?.value
+        return members.last { $0.key.utf8.elementsEqual(key.utf8) }?.value
+    }
+
+    /// A JSON number's exact value: its significant digits and the power of ten of the last
+    /// one (zero has no digits, whatever its sign). nil for an exponent out of `Int`'s range.
+    private struct Decimal: Equatable {
+        var negative = false
+        var digits: [UInt8] = []
+        var exponent = 0
+
+        init?(json text: String) {
+            var bytes = Substring(text).utf8[...]
+            if bytes.first == UInt8(ascii: "-") { negative = true; bytes = bytes.dropFirst() }
+            var fractionDigits = 0
+            var inFraction = false
+            while let byte = bytes.first, byte != UInt8(ascii: "e"), byte != UInt8(ascii: "E") {
+                bytes = bytes.dropFirst()
+                if byte == UInt8(ascii: ".") { inFraction = true; continue }
+                if digits.isEmpty && byte == UInt8(ascii: "0") { if inFraction { fractionDigits += 1 }; continue }
+                digits.append(byte)
+                if inFraction { fractionDigits += 1 }
+            }
+            var power = 0
+            if !bytes.isEmpty {
+                guard let value = Int(String(decoding: bytes.dropFirst(), as: UTF8.self)) else { return nil }
+                power = value
+            }
+            while digits.last == UInt8(ascii: "0") { digits.removeLast(); fractionDigits -= 1 }
+            guard !digits.isEmpty else { negative = false; return }
+            let (shifted, overflow) = power.subtractingReportingOverflow(fractionDigits)
+            guard !overflow else { return nil }
+            exponent = shifted
+        }
     }
 
     public var stringValue: String? {

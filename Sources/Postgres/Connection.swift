@@ -18,6 +18,7 @@ public final class Connection {
     /// Opens a connection from a libpq URL or key=value string
     /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
     public init(url: String) throws {
+        try Self.refuseNUL(url, in: "the database URL")
         try Self.checkSyntax(url)
         guard let handle = PQconnectdb(url) else {
             throw PostgresError(code: .connectionFailure, message: "out of memory opening a connection")
@@ -38,8 +39,10 @@ public final class Connection {
     /// defaults (a later SET in the session still wins):
     /// - `client_encoding` UTF8: Swift strings are UTF-8 (under LATIN1 every non-ASCII character
     ///   was stored encoded twice, and seals then failed to verify);
-    /// - `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 3, `bytea_output` hex:
-    ///   the text formats `PostgresValue` decodes, every digit of a double included;
+    /// - `DateStyle` ISO, `IntervalStyle` postgres, `extra_float_digits` 3, `bytea_output` hex,
+    ///   `TimeZone` UTC: the text formats `PostgresValue` decodes, every digit of a double
+    ///   included (a zone whose old offsets have seconds, Asia/Kolkata's +05:53:28 of 1850,
+    ///   printed timestamps `Date` could not read); the contract's days are UTC days;
     /// - `standard_conforming_strings` on: a backslash in a literal is a backslash (in the
     ///   migrations, and in the patterns of server functions, which are parsed as they run);
     /// - `search_path` pg_catalog, pg_temp: unqualified names are PostgreSQL's own functions and
@@ -53,6 +56,7 @@ public final class Connection {
         set intervalstyle = 'postgres';
         set extra_float_digits = 3;
         set bytea_output = 'hex';
+        set timezone = 'UTC';
         set standard_conforming_strings = on;
         set search_path = pg_catalog, pg_temp;
         set default_transaction_isolation = 'read committed'
@@ -145,7 +149,7 @@ public final class Connection {
     /// Runs one statement with parameters `$1...$n`, sent separately from the SQL text.
     @discardableResult
     public func query(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
-        let texts = parameters.map { $0?.postgresText }
+        let texts = try Self.texts(sql, parameters)
         let result = withCStrings(texts) { pointers in
             PQexecParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
@@ -159,7 +163,7 @@ public final class Connection {
     /// outside a transaction; inside one, whose failed statement aborted it, on the next call.
     @discardableResult
     public func preparedQuery(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
-        let texts = parameters.map { $0?.postgresText }
+        let texts = try Self.texts(sql, parameters)
         do {
             return try executePrepared(sql, texts)
         } catch let error as PostgresError where error.code.rawValue == "26000" {  // invalid_sql_statement_name
@@ -188,7 +192,7 @@ public final class Connection {
     /// Sends one statement without waiting for its result, so the caller can work while the
     /// server does; collect the result with `receiveResult()` before sending anything else.
     public func sendQuery(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws {
-        let texts = parameters.map { $0?.postgresText }
+        let texts = try Self.texts(sql, parameters)
         let sent = withCStrings(texts) { pointers in
             PQsendQueryParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
@@ -216,7 +220,28 @@ public final class Connection {
 
     /// Runs one or more statements without parameters (for DDL and migration files).
     public func execute(_ sql: String) throws {
+        try Self.refuseNUL(sql, in: "the SQL text")
         _ = try check(PQexec(handle, sql), context: "statement failed")
+    }
+
+    /// The parameters in text format, once the SQL text and each of them is known to hold no NUL.
+    private static func texts(_ sql: String, _ parameters: [(any PostgresEncodable)?]) throws -> [String?] {
+        try refuseNUL(sql, in: "the SQL text")
+        return try parameters.enumerated().map { index, parameter in
+            guard let text = parameter?.postgresText else { return nil }
+            try refuseNUL(text, in: "parameter $\(index + 1)")
+            return text
+        }
+    }
+
+    /// Throws when `text` holds a NUL character: libpq takes C strings, which would end there and
+    /// send the rest of the text nowhere (a subject "a\0b" would be looked up as "a").
+    static func refuseNUL(_ text: String, in place: String) throws {
+        var text = text
+        let found = text.withUTF8 { bytes in bytes.isEmpty ? false : memchr(bytes.baseAddress!, 0, bytes.count) != nil }
+        if found {
+            throw PostgresError(code: .characterNotInRepertoire, message: "\(place) contains a NUL character (U+0000), which PostgreSQL text cannot hold; nothing was sent")
+        }
     }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
@@ -238,9 +263,11 @@ public final class Connection {
     }
 
     /// Runs `body` inside a savepoint of the current transaction: released when it returns,
-    /// rolled back to when it throws (the transaction itself stays usable).
+    /// rolled back to when it throws (the transaction itself stays usable). The name is quoted
+    /// as an identifier.
     @discardableResult
     public func savepoint<T>(_ name: String = "permaudit_savepoint", _ body: () throws -> T) throws -> T {
+        let name = Self.quoteIdentifier(name)
         try execute("SAVEPOINT \(name)")
         do {
             let value = try body()
@@ -258,10 +285,11 @@ public final class Connection {
     /// Returns the number of rows copied.
     @discardableResult
     public func copyIn(_ sql: String, _ body: (CopyWriter) throws -> Void) throws -> Int {
+        try Self.refuseNUL(sql, in: "the SQL text")
         let start = PQexec(handle, sql)
         guard let start, PQresultStatus(start) == PGRES_COPY_IN else {
             _ = try check(start, context: "COPY failed")
-            throw PostgresError(code: .connectionFailure, message: "COPY did not start")
+            throw PostgresError(code: .misuse, message: "copyIn needs a COPY ... FROM STDIN statement; the statement ran and returned no COPY")
         }
         PQclear(start)
         let writer = CopyWriter(connection: self, handle: handle)
@@ -284,10 +312,11 @@ public final class Connection {
     /// Returns the number of rows.
     @discardableResult
     public func copyOut(_ sql: String, _ row: (UnsafeRawBufferPointer) throws -> Void) throws -> Int {
+        try Self.refuseNUL(sql, in: "the SQL text")
         let start = PQexec(handle, sql)
         guard let start, PQresultStatus(start) == PGRES_COPY_OUT else {
             _ = try check(start, context: "COPY failed")
-            throw PostgresError(code: .connectionFailure, message: "COPY did not start")
+            throw PostgresError(code: .misuse, message: "copyOut needs a COPY ... TO STDOUT statement; the statement ran and returned no COPY")
         }
         PQclear(start)
         var rows = 0
@@ -326,6 +355,7 @@ public final class Connection {
     /// Waits up to `timeout` seconds for a notification on a channel this connection listens to.
     /// Returns nil on time-out.
     public func waitForNotification(timeout: Double) throws -> Notification? {
+        guard !timeout.isNaN else { throw PostgresError(code: .misuse, message: "waitForNotification: the time-out is not a number") }
         if let pending = nextNotification() { return pending }
         let socket = PQsocket(handle)
         guard socket >= 0 else { throw PostgresError.connection(handle, "no socket") }

@@ -5,7 +5,10 @@ import Glibc
 ///
 /// The plain `description` names the SQLSTATE and the server's primary message only: details,
 /// hints and bound values may contain data (event payloads, subject ids), so they are available
-/// as properties and never printed unless a caller asks for them.
+/// as properties and never printed unless a caller asks for them. Some primary messages quote
+/// the value a statement could not take (`invalid input syntax for type integer: "..."`): the
+/// write path's own errors never do (`audit.append_events` names the field and the rule), but a
+/// query of your own that casts client data may.
 ///
 ///     catch let error as PostgresError where error.code == .uniqueViolation { ... }
 public struct PostgresError: Error, CustomStringConvertible, Sendable {
@@ -35,8 +38,16 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let connectionFailure = Code("08006")
         /// Not a server code: libpq cannot parse the connection URL or key=value string.
         public static let invalidConnectionString = Code("XX0CS")
-        /// Not a server code: a value in a result could not be decoded into the requested type.
+        /// Not a server code: a value in a result could not be decoded into the requested type,
+        /// or the row or column asked for is not in the result.
         public static let decodingFailure = Code("XX0DE")
+        /// Not a server code: the library was called against its contract (a statement other
+        /// than a COPY given to `copyIn`/`copyOut`, a time-out that is not a number).
+        public static let misuse = Code("XX0MU")
+        /// A NUL character (U+0000) in text for the server, which PostgreSQL text cannot hold;
+        /// refused before anything is sent (the C string would end at it), as the server
+        /// refuses one in data (`invalid byte sequence`).
+        public static let characterNotInRepertoire = Code("22021")
     }
 
     public var code: Code

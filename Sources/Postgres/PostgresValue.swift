@@ -1,7 +1,7 @@
 import Foundation
 
 /// A value that can be sent as a query parameter (text format).
-public protocol PostgresEncodable {
+public protocol PostgresEncodable: Sendable {
     /// The value in PostgreSQL's text input format.
     var postgresText: String { get }
 }

@@ -27,7 +27,8 @@ public final class QueryResult {
         Int(String(cString: PQcmdTuples(handle))) ?? 0
     }
 
-    /// The raw text of one cell; nil for SQL NULL.
+    /// The raw text of one cell; nil for SQL NULL, and for a row or column not in the result
+    /// (`value` tells them apart).
     public subscript(row: Int, column: Int) -> String? {
         guard PQgetisnull(handle, Int32(row), Int32(column)) == 0 else { return nil }
         return String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
@@ -40,8 +41,16 @@ public final class QueryResult {
         return self[row, Int(index)]
     }
 
-    /// Decodes one cell; fails with the column's name and index and the target type.
+    /// Decodes one cell; fails with the column's name and index and the target type, or when the
+    /// row or column is not in the result.
     public func value<T: PostgresDecodable>(_ row: Int, _ column: Int, as type: T.Type = T.self) throws -> T {
+        let columns = Int(PQnfields(handle))
+        guard (0..<columns).contains(column) else {
+            throw PostgresError(code: .decodingFailure, message: "cannot decode column \(column) as \(T.self): the result has \(columns) column\(columns == 1 ? "" : "s")")
+        }
+        guard (0..<count).contains(row) else {
+            throw PostgresError(code: .decodingFailure, message: "cannot decode row \(row) as \(T.self): the result has \(count) row\(count == 1 ? "" : "s")")
+        }
         guard let text = self[row, column] else {
             if let nullable = T.postgresNull { return nullable }
             throw decodingError(column: column, type: type, text: nil)
@@ -81,7 +90,7 @@ public final class QueryResult {
     }
 
     private func decodingError<T>(column: Int, type: T.Type, text: String?) -> PostgresError {
-        let name = column < PQnfields(handle) ? String(cString: PQfname(handle, Int32(column))) : "?"
+        let name = String(cString: PQfname(handle, Int32(column)))
         let found = text == nil ? "NULL" : "a value"
         return PostgresError(
             code: .decodingFailure,

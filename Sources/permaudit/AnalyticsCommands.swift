@@ -143,7 +143,10 @@ enum ProjectCommand: Command {
                 } catch let error as PostgresError where error.isTransient {
                     // The batch in flight rolled back (a deadlock, a lock or statement time-out,
                     // the server short of space): the checkpoint did not move; try again.
-                    printError("the batch failed and was rolled back (\(error)); retrying in \(Int(poll)) s")
+                    let hint = error.code == .queryCanceled
+                        ? " (if a statement time-out repeats, a batch takes longer than statement_timeout allows: lower --batch-size, which also builds an empty projection in batches, or raise statement_timeout for this role)"
+                        : ""
+                    printError("the batch failed and was rolled back (\(error)); retrying in \(Int(poll)) s" + hint)
                     let resume = Date().addingTimeInterval(poll)
                     while !stop.requested() && Date() < resume { Thread.sleep(forTimeInterval: 0.1) }
                 }

@@ -268,6 +268,40 @@ final class AppendTests: XCTestCase {
             XCTAssertNotNil(error as? PostgresError)
         }
         XCTAssertEqual(try log.append(jsonArray: "[]"), [])
+
+        // Each element of append([String]) is one event: an empty text, or two objects joined by
+        // a comma (which the joined array would take as two events), is refused at its index.
+        let a = EventFixtures.event(), b = EventFixtures.event()
+        for (events, index) in [([""], 0), ([a + "," + b], 0), ([a, " "], 1), ([a, "[" + b + "]"], 1), ([a, b + " x"], 1)] {
+            XCTAssertThrowsError(try log.append(events)) { error in
+                XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)
+                XCTAssertEqual((error as? AppendError)?.index, index)
+                XCTAssertEqual((error as? AppendError)?.reason, "event: must be one JSON object")
+            }
+        }
+        XCTAssertEqual(try count(), 0)
+        // Whitespace around an object, and braces or quotes inside its strings, are not refused
+        // here: the second event reaches the write path, which names its own rule.
+        XCTAssertThrowsError(try log.append([" \n" + a + "\t", "{\"x\": \"}{\\\"\"}"])) { error in
+            XCTAssertEqual((error as? AppendError)?.index, 1)
+            XCTAssertNotEqual((error as? AppendError)?.reason, "event: must be one JSON object")
+        }
+    }
+
+    /// JSONValue's equality is jsonb's, which decides duplicate against conflict.
+    func testJSONValueEqualityIsJsonbEquality() throws {
+        let pairs = [
+            ("1", "1.0"), ("1", "1.00000000000000000001"), ("9007199254740993", "9007199254740992"),
+            ("100", "1e2"), ("0.05", "5E-2"), ("-0", "0"), ("0.0", "-0e5"), ("10", "1"), ("-1", "1"),
+            ("1e400", "1e400"), ("12.50", "1.25e1"),
+            ("\"\u{E9}\"", "\"e\u{301}\""), ("\"\\u00e9\"", "\"\u{E9}\""),
+            ("{\"\u{212A}\": 1}", "{\"K\": 1}"), ("{\"a\": 1, \"b\": [1, 2]}", "{\"b\": [1, 2.0], \"a\": 1}"),
+            ("[1, 2]", "[2, 1]"), ("{\"a\": null}", "{}"), ("true", "1"),
+        ]
+        for (left, right) in pairs {
+            let jsonb = try db.query("select $1::jsonb = $2::jsonb", [left, right]).scalar(Bool.self)
+            XCTAssertEqual(try JSONParser.parse(left) == JSONParser.parse(right), jsonb, "\(left) vs \(right)")
+        }
     }
 
     func testSQLLookingStringsAreStoredAsData() throws {

@@ -41,19 +41,21 @@ final class ConnectionTests: XCTestCase {
             alter database "\(database)" set standard_conforming_strings = off;
             alter database "\(database)" set search_path = shadow, public;
             alter database "\(database)" set default_transaction_isolation = 'serializable';
-            alter database "\(database)" set client_encoding = 'LATIN1'
+            alter database "\(database)" set client_encoding = 'LATIN1';
+            alter database "\(database)" set timezone = 'Asia/Kolkata'
             """)
         let db = try Connection(url: url)
         let row = try db.query("""
             select '2026-10-03 09:15:27.12+00'::timestamptz, 1.0::float8 / 3, date_trunc('week', date '2026-10-03')::date::text,
-                   length('\\'), 'É✓', current_setting('default_transaction_isolation')
-            """).decode((Date, Double, String, Int, String, String).self)[0]
+                   length('\\'), 'É✓', current_setting('default_transaction_isolation'), '1850-01-01 00:00:00+00'::timestamptz
+            """).decode((Date, Double, String, Int, String, String, Date).self)[0]
         XCTAssertEqual(row.0.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
         XCTAssertEqual(row.1, 1.0 / 3, "every digit")
         XCTAssertEqual(row.2, "2026-09-28", "PostgreSQL's date_trunc, not the look-alike")
         XCTAssertEqual(row.3, 1, "a backslash is a backslash")
         XCTAssertEqual(row.4, "É✓")
         XCTAssertEqual(row.5, "read committed")
+        XCTAssertEqual(row.6.timeIntervalSince1970, -3_786_825_600, "1850 in UTC, not +05:53:28")
     }
 
     /// The server runs on this machine here: the offset is its clock against the same clock.
@@ -69,6 +71,64 @@ final class ConnectionTests: XCTestCase {
             XCTAssertTrue(message.contains("Int"), message)
         }
         XCTAssertThrowsError(try db.query("select null::int as n").scalar(Int.self))
+    }
+
+    func testACellNotInTheResultIsAnErrorNotNULL() throws {
+        let db = try Connection(url: url)
+        let result = try db.query("select 1 as one")
+        for (row, column) in [(0, -1), (0, 1), (5, 0), (-1, 0)] {
+            XCTAssertThrowsError(try result.value(row, column, as: Int?.self), "\(row), \(column)") { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .decodingFailure)
+            }
+        }
+        XCTAssertThrowsError(try result.decode((Int, String?).self)) { error in
+            XCTAssertEqual((error as? PostgresError)?.message, "cannot decode column 1 as Optional<String>: the result has 1 column")
+        }
+        XCTAssertEqual(try result.value(0, 0, as: Int?.self), 1)
+    }
+
+    func testTextWithANULIsRefusedBeforeItIsSent() throws {
+        let db = try Connection(url: url)
+        try db.execute("create temporary table t (subject text)")
+        // libpq takes C strings: "a\0b" would be sent as "a" and look up another install.
+        for call in [
+            { _ = try db.query("insert into t values ($1)", ["a\u{0}b"]) },
+            { _ = try db.preparedQuery("insert into t values ($1)", ["a\u{0}b"]) },
+            { try db.sendQuery("insert into t values ($1)", ["a\u{0}b"]) },
+            { _ = try db.query("insert into t values ('a')\u{0}; drop table t") },
+            { try db.execute("insert into t values ('a')\u{0}") },
+        ] {
+            XCTAssertThrowsError(try call()) { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .characterNotInRepertoire)
+            }
+        }
+        XCTAssertThrowsError(try db.query("select $1::text, $2::text", ["ok", "x\u{0}"])) { error in
+            XCTAssertEqual((error as? PostgresError)?.message, "parameter $2 contains a NUL character (U+0000), which PostgreSQL text cannot hold; nothing was sent")
+        }
+        XCTAssertThrowsError(try Connection(url: url + "\u{0}x")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .characterNotInRepertoire)
+        }
+        XCTAssertEqual(try db.query("select count(*) from t").scalar(Int.self), 0)
+    }
+
+    func testMisuseIsAnErrorNotACrash() throws {
+        let db = try Connection(url: url)
+        XCTAssertThrowsError(try db.waitForNotification(timeout: .nan)) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .misuse)
+        }
+        XCTAssertThrowsError(try db.copyIn("select 1") { _ in }) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .misuse)
+        }
+        XCTAssertThrowsError(try db.copyOut("select 1") { _ in }) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .misuse)
+        }
+        // A savepoint's name is an identifier, not SQL.
+        try db.execute("create temporary table t (id int)")
+        try db.transaction {
+            try db.savepoint("s; insert into t values (1)") { try db.query("insert into t values (2)") }
+        }
+        XCTAssertEqual(try db.query("select array_agg(id)::text from t").scalar(String.self), "{2}")
+        XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
     }
 
     func testErrorsCarrySQLStateMessageAndDetail() throws {
