@@ -254,6 +254,10 @@ public final class Collector: @unchecked Sendable {
                 respond(Self.resultsResponse(all, ids: eventIds))
             case let .failure(error) where error is DatabaseUnavailable:
                 respond(Self.error(503, "the database is unavailable; retry later", headers: [("Retry-After", "\(retryAfter)")]))
+            case let .failure(error as PostgresError) where error.code == .transactionCounterBehind:
+                // The operator's to fix (the log names it), not the app's: the events can come again.
+                respond(Self.error(503, "the database cannot store events until its operator repairs it; retry later",
+                                   headers: [("Retry-After", "\(retryAfter)")]))
             case .failure:
                 respond(Self.error(500, "internal error; the events were not stored"))
             }

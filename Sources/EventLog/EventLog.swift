@@ -138,6 +138,12 @@ public final class EventLog {
     }
 }
 
+extension PostgresError.Code {
+    /// PA004: the cluster's transaction counter is behind the log (a logical dump restored into
+    /// another cluster, 042); no append succeeds until an operator moves it past the log.
+    public static let transactionCounterBehind = Self("PA004")
+}
+
 /// Why the write path refused a batch. Carries the index in the batch and never the payload.
 public struct AppendError: Error, CustomStringConvertible, Sendable {
     public enum Kind: String, Sendable {

@@ -14,6 +14,8 @@ public struct Migrator {
     public struct Outcome: Sendable {
         public var applied: [String]
         public var alreadyApplied: Int
+        /// What `repairAfterRestore` repaired or found wrong, one sentence each.
+        public var restoreNotes: [String] = []
     }
 
     public let migrations: [Migration]
@@ -127,7 +129,38 @@ public struct Migrator {
             }
             applied.append(migration.name)
         }
-        return Outcome(applied: applied, alreadyApplied: already)
+        return Outcome(applied: applied, alreadyApplied: already, restoreNotes: try Self.repairAfterRestore(db))
+    }
+
+    /// What a restore can leave wrong that the recorded migrations do not show (docs/deployment.md,
+    /// "Restoring a logical dump"):
+    /// - a guard trigger of schema `audit` that no longer fires ALWAYS: `pg_restore --data-only
+    ///   --disable-triggers` ends with `ENABLE TRIGGER ALL`, which leaves them ENABLE ORIGIN, off
+    ///   in sessions with `session_replication_role = replica`. Set back to ALWAYS here
+    ///   (`access_log_role` is ORIGIN by design, 030: rows a logical replica applies keep theirs);
+    /// - the cluster's transaction counter behind the log (a logical dump restored into another
+    ///   cluster): appends fail with PA004 (042) until it is moved past the log; reported.
+    static func repairAfterRestore(_ db: Connection) throws -> [String] {
+        var notes: [String] = []
+        let weakened = try db.query("""
+            select c.relname::text, t.tgname::text
+              from pg_catalog.pg_trigger t join pg_catalog.pg_class c on c.oid = t.tgrelid
+             where c.relnamespace = 'audit'::pg_catalog.regnamespace and not t.tgisinternal
+               and t.tgenabled <> 'A' and t.tgname <> 'access_log_role'
+             order by 1, 2
+            """).decode((String, String).self)
+        for (table, trigger) in weakened {
+            try db.execute("alter table audit.\(Connection.quoteIdentifier(table)) enable always trigger \(Connection.quoteIdentifier(trigger))")
+            notes.append("trigger \(trigger) on audit.\(table) fires ALWAYS again (it did not: after pg_restore --disable-triggers, sessions with session_replication_role = replica could change the table)")
+        }
+        let behind: Bool? = try db.query("""
+            select max(transaction_id) >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
+              from audit.events where transaction_id is distinct from pg_catalog.pg_current_xact_id_if_assigned()
+            """).scalar()
+        if behind == true {
+            notes.append("the cluster's transaction counter is behind the log (a logical dump restored into another cluster?): appends fail with PA004 until it is moved past the log (docs/deployment.md, \"Restoring a logical dump\")")
+        }
+        return notes
     }
 
     /// Names of migrations not yet applied (empty when the schema is current).

@@ -54,6 +54,20 @@ public enum TestDatabase {
             """).scalar(Int.self)
     }
 
+    /// Copies the log's newest event in again, as a new version of its stream, with a transaction
+    /// id the cluster has not reached: what a logical dump restored into another cluster leaves
+    /// (042). `db` must be a superuser's (the test cluster's role is).
+    public static func addAnEventAheadOfTheTransactionCounter(_ db: Connection) throws {
+        try db.execute("""
+            insert into audit.events (transaction_id, event_id, stream_key, stream_version, type, occurred_at,
+                                      app, platform, os_major, app_version, attempt, permission, flow, payload)
+            select (pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::text::numeric + 1000000)::text::xid8,
+                   gen_random_uuid(), stream_key, stream_version + 1, type, occurred_at, app, platform, os_major,
+                   app_version, attempt, permission, flow, payload
+              from audit.events where position = (select max(position) from audit.events)
+            """)
+    }
+
     /// The repository root (where Package.swift is).
     public static let packageRoot: URL = {
         var directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent()

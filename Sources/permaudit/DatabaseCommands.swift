@@ -99,6 +99,9 @@ enum MigrateCommand: Command {
         Each file is applied once, in order, in its own transaction, and recorded with its SHA-256
         checksum in permaudit.schema_migrations. Editing an applied file is an error.
         The directory is $PERMAUDIT_SQL_DIR, else the nearest sql/ above the working directory.
+        Then it checks what a restore can leave wrong (docs/deployment.md): guard triggers of
+        schema audit that no longer fire ALWAYS are set back (a warning says so), and a
+        transaction counter behind the log (appends fail with PA004) is a warning.
         """
     static let options = [databaseOption]
     static let valueOptions: Set<String> = ["--database-url"]
@@ -114,6 +117,7 @@ enum MigrateCommand: Command {
         }
         for name in outcome.applied { print("applied \(name)") }
         print("schema is current: \(outcome.applied.count) applied now, \(outcome.alreadyApplied) before")
+        for note in outcome.restoreNotes { printError("warning: \(note)") }
         return 0
     }
 }

@@ -117,6 +117,18 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try storedCount(ids + [other]), 51)
     }
 
+    /// A database restored into another cluster refuses appends until its counter is moved (042):
+    /// the app is told to come again (503), not that it sent something wrong.
+    func testATransactionCounterBehindTheLogIsRetryLater() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+        try TestDatabase.addAnEventAheadOfTheTransactionCounter(try Connection(url: url))
+        let refused = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
+        XCTAssertEqual(refused.status, 503, refused.text)
+        XCTAssertNotNil(refused.headers["retry-after"])
+    }
+
     func testEachRefusalHasItsStatusCode() throws {
         let key = try createKey()
         let collector = try start { $0.keyCacheSeconds = 0 }

@@ -388,6 +388,34 @@ final class AppendTests: XCTestCase {
         }
     }
 
+    /// A logical dump restored into another cluster holds transaction ids that cluster has not
+    /// reached: appends wait for the counter (042) instead of being read out of committed order.
+    func testAppendsAreRefusedWhileTheTransactionCounterIsBehindTheLog() throws {
+        try log.append([EventFixtures.event(subject: "a")])
+        // The ordinary case the check must let through: a transaction that took its id before a
+        // later one appended and committed.
+        let early = try Connection(url: url)
+        try early.execute("begin; select pg_current_xact_id()")
+        try log.append([EventFixtures.event(subject: "b")])
+        try EventLog(connection: early).append([EventFixtures.event(subject: "c")])
+        try early.execute("commit")
+        // Nor a transaction that appends twice while no other ends (its own rows are the newest
+        // it sees, with an id at the snapshot's xmax): an all-or-nothing ingest.
+        try db.transaction {
+            try log.append([EventFixtures.event(subject: "d")])
+            try log.append([EventFixtures.event(subject: "e")])
+        }
+
+        try TestDatabase.addAnEventAheadOfTheTransactionCounter(db)
+        XCTAssertThrowsError(try log.append([EventFixtures.event(subject: "f")])) { error in
+            let error = error as? PostgresError
+            XCTAssertEqual(error?.code, .transactionCounterBehind)
+            XCTAssertTrue(error?.message.contains("is behind the log") ?? false, error?.message ?? "")
+            XCTAssertTrue(error?.message.contains("Restoring a logical dump") ?? false)
+        }
+        XCTAssertEqual(try count(), 6)
+    }
+
     func testExpectedVersion() throws {
         let first = try log.append([EventFixtures.event(subject: "s")], expectedVersion: -1)
         XCTAssertEqual(first.first?.status, .appended)

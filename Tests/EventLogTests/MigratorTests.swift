@@ -32,6 +32,35 @@ final class MigratorTests: XCTestCase {
         }
     }
 
+    /// What a restore leaves wrong: migrate sets guard triggers back to ALWAYS and reports a
+    /// transaction counter behind the log.
+    func testMigrateRepairsWhatARestoreLeavesWrong() throws {
+        let db = try Connection(url: url)
+        let migrator = try Migrator(directory: TestDatabase.sqlDirectory)
+        XCTAssertEqual(try migrator.migrate(db).restoreNotes, [])
+        // pg_restore --data-only --disable-triggers ends with ENABLE TRIGGER ALL: ORIGIN.
+        try db.execute("alter table audit.events disable trigger all; alter table audit.events enable trigger all")
+        func modes() throws -> [String] {
+            try db.query("""
+                select t.tgname::text || ' ' || t.tgenabled::text from pg_catalog.pg_trigger t
+                 where t.tgrelid = 'audit.events'::pg_catalog.regclass and not t.tgisinternal order by 1
+                """).column(as: String.self)
+        }
+        XCTAssertEqual(try modes(), ["events_after_the_counter O", "events_append_only O", "events_no_truncate O"])
+        let notes = try migrator.migrate(db).restoreNotes
+        XCTAssertEqual(notes.count, 3, "\(notes)")
+        XCTAssertTrue(notes[1].hasPrefix("trigger events_append_only on audit.events fires ALWAYS again"), notes[1])
+        XCTAssertEqual(try modes(), ["events_after_the_counter A", "events_append_only A", "events_no_truncate A"])
+        try db.execute("set session_replication_role = replica")
+        XCTAssertThrowsError(try db.execute("truncate audit.events"))
+        try db.execute("reset session_replication_role")
+
+        // An event whose transaction id the cluster has not reached, as a restore into another cluster leaves it.
+        try EventLog(connection: db).append([EventFixtures.event()])
+        try TestDatabase.addAnEventAheadOfTheTransactionCounter(db)
+        XCTAssertEqual(try migrator.migrate(db).restoreNotes.map { $0.prefix(51) }, ["the cluster's transaction counter is behind the log"])
+    }
+
     /// A database with a migration the directory does not hold (a newer permaudit migrated it) is
     /// refused, not reported current; a directory that does not exist is named.
     func testAMigrationTheDirectoryLacksIsRefused() throws {
