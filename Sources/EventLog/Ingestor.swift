@@ -56,6 +56,9 @@ public final class Ingestor {
     private let log: EventLog
     /// What the last `ingest` call did; after it threw in store-valid mode, what it had stored.
     public private(set) var summary = Summary()
+    /// All or nothing: whether the last `ingest` stopped looking for the lines the write path
+    /// refuses before the end (at 100 rejected lines, or at a deadlock): there may be more.
+    public private(set) var stoppedLookingForRefusals = false
     /// Rejected events per (occurredAt day, app, platform) as far as they can be read; recorded
     /// in `audit.intake_anomalies` with the valid events (store-valid mode).
     private var rejectedGroups: [RejectedGroup: Int] = [:]
@@ -79,6 +82,7 @@ public final class Ingestor {
     /// summary reports nothing appended when anything was rejected.
     public func ingest(_ inputs: [String]) throws -> Summary {
         summary = Summary()
+        stoppedLookingForRefusals = false
         rejectedGroups = [:]
         failed = false
         guard !log.connection.isInTransaction else {
@@ -195,20 +199,11 @@ public final class Ingestor {
                       from audit.append_events((select ('[' || string_agg(event, ',' order by k) || ']')::jsonb
                                                   from permaudit_ingest_sorted where k > $1 and k <= $2))
                     """, [done, upTo])))
-            } catch let error as PostgresError where db.isOpen {
+            } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
                 try? db.execute("ROLLBACK")
-                let refusal = AppendError(error)
-                guard refusal != nil || error.code.rawValue.hasPrefix("22") else { throw error }
-                // The staged rows outlive the transaction: name the refused event's line (or,
-                // for a value the server cannot store, the batch's first).
-                let k = done + 1 + (refusal?.index ?? 0)
-                let origin = try refusal?.kind == .conflict ? conflictingLine(k, inputs: inputs)
-                    : db.query("select input, line, null::text from permaudit_ingest_sorted where k = $1", [k]).decode((Int, Int, String?).self)[0]
-                try reject(inputs[origin.0], origin.1, origin.2 ?? refusal?.reason
-                           ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(upTo - done) events with this line",
-                           [])
                 summary.appended = 0
                 summary.duplicates = 0
+                try reportRefusals(inputs)
                 return
             } catch {
                 if db.isOpen { try? db.execute("ROLLBACK") }
@@ -220,32 +215,89 @@ public final class Ingestor {
         try db.execute("COMMIT")
     }
 
-    /// The line to blame for a conflict refused at staged row `k`, as when storing the valid
-    /// lines: the first copy of the event id in input order, if the log holds the id with other
-    /// content; else the first later copy that differs from it, with a reason naming the first
-    /// copy (nothing was stored). (Rows are sent sorted by install, so the copy the server refused
-    /// may be the first one in the file.) The first copy is tried through the write path, in a
-    /// transaction that is rolled back.
-    private func conflictingLine(_ k: Int, inputs: [String]) throws -> (Int, Int, String?) {
+    /// An event the write path refuses (with its index in the batch), or a value the server cannot
+    /// store (SQLSTATE class 22, without one).
+    private static func isRefusal(_ error: PostgresError) -> Bool {
+        AppendError(error) != nil || error.code.rawValue.hasPrefix("22")
+    }
+
+    /// All or nothing, once the write path refused an event: every line it would refuse, so that
+    /// a file is fixed in one run, not one per conflict. The staged lines are appended again in
+    /// input order, the order in which the first copy of an event id counts (as when storing the
+    /// valid lines), in a transaction that is rolled back: each batch in a savepoint, a refused
+    /// line left out of its batch's next try; a batch refused without an index (a value the
+    /// server cannot store) one line at a time. A later copy of an id whose first copy this run
+    /// appended is blamed on that copy ("line N has this id"). Stops at 100 rejected lines in all,
+    /// or at a deadlock with another writer (it takes the installs' locks in input order).
+    private func reportRefusals(_ inputs: [String]) throws {
         let db = log.connection
-        let copies = try db.query("""
-            select input, line, event, event::jsonb <> first_value(event::jsonb) over (order by input, line)
-              from permaudit_ingest_sorted
-             where (event::jsonb->>'eventId')::uuid = (select (event::jsonb->>'eventId')::uuid from permaudit_ingest_sorted where k = $1)
-             order by input, line
-            """, [k]).decode((Int, Int, String, Bool).self)
+        try db.execute("""
+            create temporary table permaudit_ingest_check as
+            select row_number() over (order by input, line) as n, input, line, event from permaudit_ingest_sorted;
+            alter table permaudit_ingest_check add primary key (n);
+            create temporary table permaudit_ingest_appended (event_id uuid)
+            """)
+        defer { try? db.execute("drop table if exists pg_temp.permaudit_ingest_check, pg_temp.permaudit_ingest_appended") }
+        let rows: Int = try db.query("select count(*) from pg_temp.permaudit_ingest_check").scalar()
+        func append(_ lines: [Int]) throws {
+            try db.preparedQuery("""
+                insert into pg_temp.permaudit_ingest_appended (event_id)
+                select r.event_id
+                  from audit.append_events((select ('[' || string_agg(event, ',' order by n) || ']')::jsonb
+                                              from pg_temp.permaudit_ingest_check where n = any($1::bigint[]))) r
+                 where r.status = 'appended'
+                """, ["{" + lines.map(String.init).joined(separator: ",") + "}"])
+        }
+        var refused: [(n: Int, reason: String, conflict: Bool)] = []
         try db.execute("BEGIN")
         defer { try? db.execute("ROLLBACK") }
-        let firstCopy: [EventLog.AppendResult]
-        do {
-            firstCopy = try log.append([copies[0].2])
-        } catch let error as AppendError where error.kind == .conflict {
-            return (copies[0].0, copies[0].1, nil)
+        var done = 0
+        checking: while done < rows && summary.rejected + refused.count < 100 {
+            var pending = Array(done + 1...min(done + batchSize, rows))
+            while !pending.isEmpty {
+                do {
+                    try db.savepoint("permaudit_ingest_check") { try append(pending) }
+                    break
+                } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
+                    if let refusal = AppendError(error), let index = refusal.index, index < pending.count {
+                        refused.append((pending.remove(at: index), refusal.reason, refusal.kind == .conflict))
+                        continue
+                    }
+                    for line in pending {
+                        do {
+                            try db.savepoint("permaudit_ingest_check") { try append([line]) }
+                        } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
+                            let refusal = AppendError(error)
+                            refused.append((line, refusal?.reason ?? "event: refused by the database (SQLSTATE \(error.code.rawValue))",
+                                            refusal?.kind == .conflict))
+                        }
+                    }
+                    pending = []
+                } catch let error as PostgresError where db.isOpen && error.isRetryableRollback {
+                    stoppedLookingForRefusals = true
+                    break checking
+                }
+            }
+            done += batchSize
         }
-        guard let later = copies.first(where: \.3) else { return (copies[0].0, copies[0].1, nil) }
-        if firstCopy.first?.status == .duplicate { return (later.0, later.1, nil) }  // the log holds the first copy
-        let first = later.0 == copies[0].0 ? "line \(copies[0].1)" : "line \(copies[0].1) of \(inputs[copies[0].0])"
-        return (later.0, later.1, "eventId: \(first) has this id with different content")
+        if done < rows { stoppedLookingForRefusals = true }
+        let refusedLines = "{" + refused.map { String($0.n) }.joined(separator: ",") + "}"
+        for (n, reason, conflict) in refused.sorted(by: { $0.n < $1.n }) {
+            let (input, line): (Int, Int) = try db.query("select input, line from pg_temp.permaudit_ingest_check where n = $1", [n])
+                .decode((Int, Int).self)[0]
+            var because = reason
+            if conflict, let first = try db.query("""
+                select c.input, c.line
+                  from pg_temp.permaudit_ingest_check c, pg_temp.permaudit_ingest_check r
+                 where r.n = $1 and (c.event::jsonb->>'eventId')::uuid = (r.event::jsonb->>'eventId')::uuid and c.n < r.n
+                   and c.n <> all($2::bigint[])
+                   and exists (select from pg_temp.permaudit_ingest_appended a where a.event_id = (r.event::jsonb->>'eventId')::uuid)
+                 order by c.n limit 1
+                """, [n, refusedLines]).decode((Int, Int).self).first {
+                because = "eventId: " + (first.0 == input ? "line \(first.1)" : "line \(first.1) of \(inputs[first.0])") + " has this id with different content"
+            }
+            try reject(inputs[input], line, because, [])
+        }
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {

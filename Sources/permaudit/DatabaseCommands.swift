@@ -166,7 +166,8 @@ enum IngestCommand: Command {
         Reads each file ('-' or none: standard input) line by line in bounded memory and prints
         'appended N, duplicates D, rejected R'. By default all-or-nothing: if any line is invalid,
         nothing from the input is stored, the first 100 errors are printed as 'LINE: field: rule'
-        and the exit status is 1. With --rejects FILE the valid lines are stored, each invalid line
+        and the exit status is 1 (once every line is valid, the lines the database refuses, an
+        event id stored before with other content, are all named too, up to 100 errors). With --rejects FILE the valid lines are stored, each invalid line
         is written to FILE as {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes,
         for a line that is not UTF-8), and the exit status is 3 when any line was rejected (FILE
         must not be one of the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF;
@@ -256,6 +257,9 @@ enum IngestCommand: Command {
         if isatty(2) == 1 { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
         if rejectsFile == nil && summary.rejected > printed {
             printError("... and \(summary.rejected - printed) more")
+        }
+        if ingestor.stoppedLookingForRefusals {
+            printError("(the search for lines the database refuses stopped at \(summary.rejected) errors: there may be more)")
         }
         print("appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)")
         if summary.rejected > 0 {

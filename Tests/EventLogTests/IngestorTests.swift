@@ -118,8 +118,33 @@ final class IngestorTests: XCTestCase {
         let differing = [EventFixtures.event(id: stored, subject: "z-other"), EventFixtures.event(id: stored, subject: "a-other")]
         let (third, thirdRejections) = try self.ingestor()
         _ = try third.ingest([try write(differing)])
-        XCTAssertEqual(thirdRejections.items, ["1: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(thirdRejections.items, ["1: eventId: an event with this id was already stored with different content",
+                                               "2: eventId: an event with this id was already stored with different content"])
         XCTAssertEqual(try count(), 1)
+    }
+
+    /// All or nothing, every refused line is named in one run, in input order, whatever the
+    /// order the batches were sent in; nothing is stored.
+    func testEveryConflictIsNamedInOneRun() throws {
+        let stored = (0..<3).map { _ in UUID() }
+        let storedEvents = stored.map { EventFixtures.event(id: $0, subject: "stored") }
+        try EventLog(connection: db).append(storedEvents)
+        let twice = UUID()
+        var lines = (0..<2500).map { i in EventFixtures.event(subject: "inst-\(2500 - i)") }
+        lines[10] = EventFixtures.event(id: stored[0], type: "permission.granted", subject: "stored")
+        lines[1200] = EventFixtures.event(id: twice, subject: "z")
+        lines[1900] = storedEvents[1]   // an identical re-send: no error
+        lines[2100] = EventFixtures.event(id: twice, subject: "a")
+        lines[2400] = EventFixtures.event(id: stored[2], subject: "other")
+        let (ingestor, rejections) = try ingestor()
+        let summary = try ingestor.ingest([try write(lines)])
+        XCTAssertEqual(summary.rejected, 3)
+        XCTAssertEqual(summary.appended, 0)
+        XCTAssertEqual(rejections.items, ["11: eventId: an event with this id was already stored with different content",
+                                          "2101: eventId: line 1201 has this id with different content",
+                                          "2401: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(try count(), 3)
+        XCTAssertEqual(try db.query("select count(*) from pg_class where relname like 'permaudit_ingest%'").scalar(Int.self), 0)
     }
 
     /// All or nothing, the inputs are one transaction that keeps every install's lock: its
