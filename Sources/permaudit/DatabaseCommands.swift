@@ -167,11 +167,12 @@ enum IngestCommand: Command {
         'appended N, duplicates D, rejected R'. By default all-or-nothing: if any line is invalid,
         nothing from the input is stored, the first 100 errors are printed as 'LINE: field: rule'
         and the exit status is 1 (once every line is valid, the lines the database refuses, an
-        event id stored before with other content, are all named too, up to 100 errors). With --rejects FILE the valid lines are stored, each invalid line
-        is written to FILE as {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes,
-        for a line that is not UTF-8), and the exit status is 3 when any line was rejected (FILE
-        must not be one of the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF;
-        a UTF-8 byte order mark before the first line is skipped.
+        event id stored before with other content, are all named too, up to 100 errors). With
+        --rejects FILE the valid lines are stored, each invalid line is written to FILE as
+        {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes, for a line that is
+        not UTF-8), and the exit status is 3 when any line was rejected (FILE must not be one of
+        the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF; a UTF-8 byte
+        order mark before the first line is skipped.
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
