@@ -126,14 +126,15 @@ enum AppendCommand: Command {
     static let name = "append"
     static let abstract = "Append one event (a wire-format JSON object) to the log."
     static let usage = "permaudit append [<json>] [--database-url <url>]"
-    static let discussion = "The event is the argument, or standard input when there is none or it is '-'."
+    static let discussion = "The event is the argument, or standard input when there is none or it is '-'; a UTF-8 byte order mark before it is skipped."
     static let options = [databaseOption]
     static let valueOptions: Set<String> = ["--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard arguments.positionals.count <= 1 else { throw UsageError(message: "expected at most one JSON event", usage: usage) }
         let argument = arguments.positionals.first.flatMap { $0 == "-" ? nil : $0 }
-        let bytes = argument.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
+        var bytes = argument.map(rawArgument) ?? Array(FileHandle.standardInput.readDataToEndOfFile())
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }  // as ingest skips one
         let db = try openDatabase(arguments)
         // Checked here to name the rule; the 24 h rule against the server's clock.
         let validator = EventValidator(now: Date().addingTimeInterval(try db.clockOffset()))

@@ -136,6 +136,7 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(appended.stdout.hasPrefix("appended "), appended.stdout)
         XCTAssertTrue(try permaudit(["append", event]).stdout.hasPrefix("duplicate "))
         XCTAssertTrue(try permaudit(["append", "-"], stdin: event).stdout.hasPrefix("duplicate "))
+        XCTAssertTrue(try permaudit(["append"], stdinBytes: [0xEF, 0xBB, 0xBF] + Array(event.utf8)).stdout.hasPrefix("duplicate "), "a byte order mark is skipped")
         let conflict = try permaudit(["append", event.replacingOccurrences(of: "\"cli-subject\"", with: "\"other-subject\"")])
         XCTAssertEqual(conflict.stderr, "Error: eventId: an event with this id was already stored with different content\n")
 
