@@ -10,13 +10,17 @@
 -- range. Until the counter is moved past the log (docs/deployment.md, "Restoring a logical
 -- dump"), every insert into the log fails with PA004 instead.
 --
--- The invariant: a committed transaction's id is below the xmax of any later snapshot (one past
--- the newest transaction that ended), and the rows a statement sees are committed ones or its own
--- transaction's, whose id may be at or above xmax. So the newest id in sight, unless it is this
--- transaction's, must be below xmax. (Comparing with pg_current_xact_id() would refuse the
--- ordinary case of a transaction that took its id before a later one appended and committed.)
--- One probe of the committed-order index per INSERT statement (a call of audit.append_events is
--- one), never a scan of the log, even where its statistics call it empty (040).
+-- The invariant, checked before every INSERT statement into the log (a call of
+-- audit.append_events is one): a committed transaction's id is below the xmax of any later
+-- snapshot (one past the newest transaction that ended), and a statement sees committed rows and
+-- its own transaction's, whose id may be at or above xmax. So the newest id in sight, unless it is
+-- this transaction's, is below xmax. (Comparing with this transaction's id instead would refuse
+-- the ordinary case of a transaction that took its id before a later one appended and
+-- committed.) One probe of the committed-order index, never a scan of the log, even where its
+-- statistics call it empty (040). The check reads the log only: the write path never waits for a
+-- lock on the projection. (A transaction that took its id before the counter was moved, by
+-- consuming ids while it stayed open, passes it: the restore procedure moves the counter with
+-- nothing else connected.)
 
 create function audit.guard_transaction_counter() returns trigger
 language plpgsql
@@ -37,9 +41,23 @@ begin
 end;
 $$;
 
+-- The same question for a transaction yet to come (its id will be at least xmax), for
+-- `permaudit migrate` and the collector's /readyz: true while appends would fail with PA004.
+create function audit.transaction_counter_behind() returns boolean
+language sql
+stable
+security definer
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+    select coalesce((select max(e.transaction_id) from audit.events e) >= pg_snapshot_xmax(pg_current_snapshot()), false)
+$$;
+
 create trigger events_after_the_counter before insert on audit.events
     for each statement execute function audit.guard_transaction_counter();
 alter table audit.events enable always trigger events_after_the_counter;
 
 alter function audit.guard_transaction_counter() owner to permaudit_owner;
-revoke execute on function audit.guard_transaction_counter() from public;
+alter function audit.transaction_counter_behind() owner to permaudit_owner;
+revoke execute on function audit.guard_transaction_counter(), audit.transaction_counter_behind() from public;
+grant execute on function audit.transaction_counter_behind() to permaudit_writer, permaudit_projector, permaudit_auditor;

@@ -120,17 +120,24 @@ public final class Collector: @unchecked Sendable {
         }
     }
 
-    /// Ready when the database answers and has every migration of `sql/`.
+    /// Ready when the database answers, has every migration of `sql/`, and takes appends (its
+    /// transaction counter is past the log, 042).
     private func readiness() -> HTTPResponse {
         do {
-            let applied = try pool.withConnection(wait: 1) { db -> Set<Int> in
+            let (applied, behind) = try pool.withConnection(wait: 1) { db -> (Set<Int>, Bool) in
                 let exists: Bool = try db.query("select to_regclass('permaudit.schema_migrations') is not null").scalar()
-                guard exists else { return [] }
-                return Set(try db.query("select version from permaudit.schema_migrations").column(as: Int.self))
+                guard exists else { return ([], false) }
+                let applied = Set(try db.query("select version from permaudit.schema_migrations").column(as: Int.self))
+                guard configuration.requiredMigrations.isSubset(of: applied) else { return (applied, false) }
+                return (applied, try db.query("select audit.transaction_counter_behind()").scalar(Bool.self))
             }
             let missing = configuration.requiredMigrations.subtracting(applied)
             guard missing.isEmpty else {
                 return Self.error(503, "the database lacks \(missing.count) migrations; run 'permaudit migrate'",
+                                  headers: [("Retry-After", "\(configuration.retryAfterSeconds)")])
+            }
+            guard !behind else {
+                return Self.error(503, "the database refuses appends until its transaction counter is moved past the log (PA004; docs/deployment.md)",
                                   headers: [("Retry-After", "\(configuration.retryAfterSeconds)")])
             }
             return HTTPResponse(status: 200, contentType: "text/plain; charset=utf-8", text: "ready\n")

@@ -255,6 +255,8 @@ public final class Ingestor {
         checking: while done < rows && summary.rejected + refused.count < 100 {
             var pending = Array(done + 1...min(done + batchSize, rows))
             while !pending.isEmpty {
+                // Each refusal sends the rest of its batch again: stop at the cap within a batch too.
+                guard summary.rejected + refused.count < 100 else { break checking }
                 do {
                     try db.savepoint("permaudit_ingest_check") { try append(pending) }
                     break
@@ -263,7 +265,7 @@ public final class Ingestor {
                         refused.append((pending.remove(at: index), refusal.reason, refusal.kind == .conflict))
                         continue
                     }
-                    for line in pending {
+                    for line in pending where summary.rejected + refused.count < 100 {
                         do {
                             try db.savepoint("permaudit_ingest_check") { try append([line]) }
                         } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
@@ -280,7 +282,7 @@ public final class Ingestor {
             }
             done += batchSize
         }
-        if done < rows { stoppedLookingForRefusals = true }
+        if done < rows || refused.count + summary.rejected >= 100 { stoppedLookingForRefusals = true }
         let refusedLines = "{" + refused.map { String($0.n) }.joined(separator: ",") + "}"
         for (n, reason, conflict) in refused.sorted(by: { $0.n < $1.n }) {
             let (input, line): (Int, Int) = try db.query("select input, line from pg_temp.permaudit_ingest_check where n = $1", [n])

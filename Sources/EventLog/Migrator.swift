@@ -153,11 +153,8 @@ public struct Migrator {
             try db.execute("alter table audit.\(Connection.quoteIdentifier(table)) enable always trigger \(Connection.quoteIdentifier(trigger))")
             notes.append("trigger \(trigger) on audit.\(table) fires ALWAYS again (it did not: after pg_restore --disable-triggers, sessions with session_replication_role = replica could change the table)")
         }
-        let behind: Bool? = try db.query("""
-            select max(transaction_id) >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
-              from audit.events where transaction_id is distinct from pg_catalog.pg_current_xact_id_if_assigned()
-            """).scalar()
-        if behind == true {
+        let behind: Bool = try db.query("select audit.transaction_counter_behind()").scalar()
+        if behind {
             notes.append("the cluster's transaction counter is behind the log (a logical dump restored into another cluster?): appends fail with PA004 until it is moved past the log (docs/deployment.md, \"Restoring a logical dump\")")
         }
         return notes

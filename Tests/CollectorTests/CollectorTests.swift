@@ -123,10 +123,14 @@ final class CollectorTests: XCTestCase {
         let key = try createKey()
         let client = try HTTPClient(port: try start().port)
         XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key).status, 200)
+        XCTAssertEqual(try client.send("GET", "/readyz").status, 200)
         try TestDatabase.addAnEventAheadOfTheTransactionCounter(try Connection(url: url))
         let refused = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
         XCTAssertEqual(refused.status, 503, refused.text)
         XCTAssertNotNil(refused.headers["retry-after"])
+        let ready = try client.send("GET", "/readyz")
+        XCTAssertEqual(ready.status, 503, "a load balancer sends the apps elsewhere")
+        XCTAssertTrue(ready.text.contains("PA004"), ready.text)
     }
 
     func testEachRefusalHasItsStatusCode() throws {
