@@ -204,6 +204,15 @@ public final class Ingestor {
                 summary.appended = 0
                 summary.duplicates = 0
                 try reportRefusals(inputs)
+                if summary.rejected == 0 {
+                    // The search ended before it met the refusal again (a deadlock with another
+                    // writer, a time-out, a clock rule at its edge): name this one, as refused.
+                    let refusal = AppendError(error)
+                    let (input, line) = try db.query("select input, line from permaudit_ingest_sorted where k = $1",
+                                                     [done + 1 + (refusal?.index ?? 0)]).decode((Int, Int).self)[0]
+                    try reject(inputs[input], line, refusal?.reason
+                               ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(upTo - done) events with this line", [])
+                }
                 return
             } catch {
                 if db.isOpen { try? db.execute("ROLLBACK") }
@@ -252,35 +261,37 @@ public final class Ingestor {
         try db.execute("BEGIN")
         defer { try? db.execute("ROLLBACK") }
         var done = 0
-        checking: while done < rows && summary.rejected + refused.count < 100 {
-            var pending = Array(done + 1...min(done + batchSize, rows))
-            while !pending.isEmpty {
-                // Each refusal sends the rest of its batch again: stop at the cap within a batch too.
-                guard summary.rejected + refused.count < 100 else { break checking }
-                do {
-                    try db.savepoint("permaudit_ingest_check") { try append(pending) }
-                    break
-                } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
-                    if let refusal = AppendError(error), let index = refusal.index, index < pending.count {
-                        refused.append((pending.remove(at: index), refusal.reason, refusal.kind == .conflict))
-                        continue
-                    }
-                    for line in pending where summary.rejected + refused.count < 100 {
-                        do {
-                            try db.savepoint("permaudit_ingest_check") { try append([line]) }
-                        } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
-                            let refusal = AppendError(error)
-                            refused.append((line, refusal?.reason ?? "event: refused by the database (SQLSTATE \(error.code.rawValue))",
-                                            refusal?.kind == .conflict))
+        do {
+            checking: while done < rows && summary.rejected + refused.count < 100 {
+                var pending = Array(done + 1...min(done + batchSize, rows))
+                while !pending.isEmpty {
+                    // Each refusal sends the rest of its batch again: stop at the cap within a batch too.
+                    guard summary.rejected + refused.count < 100 else { break checking }
+                    do {
+                        try db.savepoint("permaudit_ingest_check") { try append(pending) }
+                        break
+                    } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
+                        if let refusal = AppendError(error), let index = refusal.index, index < pending.count {
+                            refused.append((pending.remove(at: index), refusal.reason, refusal.kind == .conflict))
+                            continue
                         }
+                        for line in pending where summary.rejected + refused.count < 100 {
+                            do {
+                                try db.savepoint("permaudit_ingest_check") { try append([line]) }
+                            } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
+                                let refusal = AppendError(error)
+                                refused.append((line, refusal?.reason ?? "event: refused by the database (SQLSTATE \(error.code.rawValue))",
+                                                refusal?.kind == .conflict))
+                            }
+                        }
+                        pending = []
                     }
-                    pending = []
-                } catch let error as PostgresError where db.isOpen && error.isRetryableRollback {
-                    stoppedLookingForRefusals = true
-                    break checking
                 }
+                done += batchSize
             }
-            done += batchSize
+        } catch let error as PostgresError where db.isOpen && !Self.isRefusal(error) {
+            // A deadlock with another writer (the search locks installs in input order), a lock
+            // or statement time-out: report what was found.
         }
         if done < rows || refused.count + summary.rejected >= 100 { stoppedLookingForRefusals = true }
         let refusedLines = "{" + refused.map { String($0.n) }.joined(separator: ",") + "}"

@@ -274,7 +274,8 @@ public final class Connection {
             try execute("RELEASE SAVEPOINT \(name)")
             return value
         } catch {
-            if isOpen { try? execute("ROLLBACK TO SAVEPOINT \(name)") }
+            // Rolled back to, then released: a savepoint left behind would nest the next one.
+            if isOpen { try? execute("ROLLBACK TO SAVEPOINT \(name); RELEASE SAVEPOINT \(name)") }
             throw error
         }
     }

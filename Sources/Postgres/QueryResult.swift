@@ -30,12 +30,14 @@ public final class QueryResult {
     /// The raw text of one cell; nil for SQL NULL, and for a row or column not in the result
     /// (`value` tells them apart).
     public subscript(row: Int, column: Int) -> String? {
-        guard PQgetisnull(handle, Int32(row), Int32(column)) == 0 else { return nil }
+        guard (0..<count).contains(row), (0..<Int(PQnfields(handle))).contains(column),
+              PQgetisnull(handle, Int32(row), Int32(column)) == 0 else { return nil }
         return String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
     }
 
     /// The raw text of one cell by column name; nil for SQL NULL or an unknown column.
     public subscript(row: Int, column: String) -> String? {
+        guard !column.utf8.contains(0) else { return nil }  // a C string would end at the NUL
         let index = PQfnumber(handle, column)
         guard index >= 0 else { return nil }
         return self[row, Int(index)]

@@ -123,6 +123,28 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(try count(), 1)
     }
 
+    /// The search for every refused line can end before it meets the refusal again (here a lock
+    /// time-out on an install another writer holds, which the search, in input order, reaches
+    /// first): the ingest still fails, naming the line refused first.
+    func testARefusalIsNamedWhenTheSearchForOthersEndsEarly() throws {
+        let id = UUID()
+        try EventLog(connection: db).append([EventFixtures.event(id: id, subject: "a-conflict")])
+        let other = try Connection(url: url)
+        try other.execute("begin")
+        try EventLog(connection: other).append([EventFixtures.event(subject: "p-held")])
+        defer { try? other.execute("rollback") }
+        let changed = EventFixtures.event(id: id, type: "permission.granted", subject: "a-conflict")
+        let ingestor = Ingestor(log: EventLog(connection: try Connection(url: url + "&options=-c%20lock_timeout%3D300")))
+        ingestor.batchSize = 1
+        let rejections = LockedList()
+        ingestor.onReject = { rejections.append("\($0.line): \($0.reason)") }
+        let summary = try ingestor.ingest([try write([EventFixtures.event(subject: "p-held"), changed])])
+        XCTAssertEqual(summary.rejected, 1)
+        XCTAssertEqual(rejections.items, ["2: eventId: an event with this id was already stored with different content"])
+        XCTAssertTrue(ingestor.stoppedLookingForRefusals)
+        XCTAssertEqual(try count(), 1)
+    }
+
     /// All or nothing, every refused line is named in one run, in input order, whatever the
     /// order the batches were sent in; nothing is stored.
     func testEveryConflictIsNamedInOneRun() throws {

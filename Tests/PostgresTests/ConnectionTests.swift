@@ -85,6 +85,9 @@ final class ConnectionTests: XCTestCase {
             XCTAssertEqual((error as? PostgresError)?.message, "cannot decode column 1 as Optional<String>: the result has 1 column")
         }
         XCTAssertEqual(try result.value(0, 0, as: Int?.self), 1)
+        XCTAssertNil(result[Int(Int32.max) + 1, 0])
+        XCTAssertNil(result[0, "one\u{0}x"])
+        XCTAssertEqual(result[0, "one"], "1")
     }
 
     func testTextWithANULIsRefusedBeforeItIsSent() throws {
