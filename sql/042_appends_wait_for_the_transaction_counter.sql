@@ -10,47 +10,48 @@
 -- range. Until the counter is moved past the log (docs/deployment.md, "Restoring a logical
 -- dump"), every insert into the log fails with PA004 instead.
 --
--- The invariant, checked before every INSERT statement into the log (a call of
--- audit.append_events is one): a committed transaction's id is below the xmax of any later
--- snapshot (one past the newest transaction that ended), and a statement sees committed rows and
--- its own transaction's, whose id may be at or above xmax. So the newest id in sight, unless it is
--- this transaction's, is below xmax. (Comparing with this transaction's id instead would refuse
--- the ordinary case of a transaction that took its id before a later one appended and
--- committed.) One probe of the committed-order index, never a scan of the log, even where its
--- statistics call it empty (040). The check reads the log only: the write path never waits for a
--- lock on the projection. (A transaction that took its id before the counter was moved, by
--- consuming ids while it stayed open, passes it: the restore procedure moves the counter with
--- nothing else connected.)
+-- The invariant: a committed transaction's id is below the xmax of any later snapshot (one past
+-- the newest transaction that ended), and a statement sees committed rows and its own
+-- transaction's, whose id may be at or above xmax. So the newest id in sight, unless it is this
+-- transaction's, is below xmax. (Comparing with this transaction's id instead would refuse the
+-- ordinary case of a transaction that took its id before a later one appended and committed.)
+-- One probe of the committed-order index, never a scan of the log, even where its statistics
+-- call it empty (040); the log only: the write path never waits for a lock on the projection.
+-- (A transaction that took its id before the counter was moved, by consuming ids while it
+-- stayed open, passes it: the restore procedure moves the counter with nothing else connected.)
+--
+-- audit.transaction_counter_behind() asks it; the trigger below asks it before every INSERT
+-- statement into the log (a call of audit.append_events is one), and so do `permaudit migrate`
+-- and the collector's /readyz for a transaction yet to come.
 
-create function audit.guard_transaction_counter() returns trigger
-language plpgsql
-set search_path = pg_catalog, pg_temp
-set enable_seqscan = off  -- the newest id from the index, whatever the statistics say (040)
-as $$
-declare
-    newest xid8 := (select max(e.transaction_id) from audit.events e);
-    next_id xid8 := pg_snapshot_xmax(pg_current_snapshot());
-begin
-    if newest >= next_id and newest is distinct from pg_current_xact_id_if_assigned() then
-        raise exception using errcode = 'PA004',
-            message = format('the cluster''s transaction counter (next id %s) is behind the log (newest %s): '
-                             'appended events would be read out of committed order; move the counter past the log '
-                             'first (docs/deployment.md, "Restoring a logical dump")', next_id, newest);
-    end if;
-    return null;
-end;
-$$;
-
--- The same question for a transaction yet to come (its id will be at least xmax), for
--- `permaudit migrate` and the collector's /readyz: true while appends would fail with PA004.
 create function audit.transaction_counter_behind() returns boolean
-language sql
-stable
+language plpgsql  -- its plans are kept for the session (a SQL function here was planned per call)
 security definer
 set search_path = pg_catalog, pg_temp
 set enable_seqscan = off
 as $$
-    select coalesce((select max(e.transaction_id) from audit.events e) >= pg_snapshot_xmax(pg_current_snapshot()), false)
+declare
+    newest xid8 := (select max(e.transaction_id) from audit.events e);
+begin
+    return coalesce(newest >= pg_snapshot_xmax(pg_current_snapshot())
+                    and newest is distinct from pg_current_xact_id_if_assigned(), false);
+end;
+$$;
+
+create function audit.guard_transaction_counter() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if audit.transaction_counter_behind() then
+        raise exception using errcode = 'PA004',
+            message = format('the cluster''s transaction counter (next id %s) is behind the log (newest %s): '
+                             'appended events would be read out of committed order; move the counter past the log '
+                             'first (docs/deployment.md, "Restoring a logical dump")',
+                             pg_snapshot_xmax(pg_current_snapshot()), (select max(e.transaction_id) from audit.events e));
+    end if;
+    return null;
+end;
 $$;
 
 create trigger events_after_the_counter before insert on audit.events

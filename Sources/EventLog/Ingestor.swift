@@ -210,8 +210,7 @@ public final class Ingestor {
                     let refusal = AppendError(error)
                     let (input, line) = try db.query("select input, line from permaudit_ingest_sorted where k = $1",
                                                      [done + 1 + (refusal?.index ?? 0)]).decode((Int, Int).self)[0]
-                    try reject(inputs[input], line, refusal?.reason
-                               ?? "event: refused by the database (SQLSTATE \(error.code.rawValue)) in a batch of \(upTo - done) events with this line", [])
+                    try reject(inputs[input], line, Self.reason(error) + (refusal == nil ? " in a batch of \(upTo - done) events with this line" : ""), [])
                 }
                 return
             } catch {
@@ -228,6 +227,11 @@ public final class Ingestor {
     /// store (SQLSTATE class 22, without one).
     private static func isRefusal(_ error: PostgresError) -> Bool {
         AppendError(error) != nil || error.code.rawValue.hasPrefix("22")
+    }
+
+    /// `field: rule` of a refusal, or the SQLSTATE of a value the server cannot store.
+    private static func reason(_ error: PostgresError) -> String {
+        AppendError(error)?.reason ?? "event: refused by the database (SQLSTATE \(error.code.rawValue))"
     }
 
     /// All or nothing, once the write path refused an event: every line it would refuse, so that
@@ -279,9 +283,7 @@ public final class Ingestor {
                             do {
                                 try db.savepoint("permaudit_ingest_check") { try append([line]) }
                             } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
-                                let refusal = AppendError(error)
-                                refused.append((line, refusal?.reason ?? "event: refused by the database (SQLSTATE \(error.code.rawValue))",
-                                                refusal?.kind == .conflict))
+                                refused.append((line, Self.reason(error), AppendError(error)?.kind == .conflict))
                             }
                         }
                         pending = []
@@ -296,18 +298,22 @@ public final class Ingestor {
         if done < rows || refused.count + summary.rejected >= 100 { stoppedLookingForRefusals = true }
         let refusedLines = "{" + refused.map { String($0.n) }.joined(separator: ",") + "}"
         for (n, reason, conflict) in refused.sorted(by: { $0.n < $1.n }) {
-            let (input, line): (Int, Int) = try db.query("select input, line from pg_temp.permaudit_ingest_check where n = $1", [n])
-                .decode((Int, Int).self)[0]
+            // The line, and for a conflict the earlier copy of its id that this search appended.
+            let (input, line, firstInput, firstLine) = try db.query("""
+                select r.input, r.line, f.input, f.line
+                  from pg_temp.permaudit_ingest_check r
+                  left join lateral (
+                      select c.input, c.line from pg_temp.permaudit_ingest_check c
+                       where $2 and (c.event::jsonb->>'eventId')::uuid = (r.event::jsonb->>'eventId')::uuid
+                         and c.n < r.n and c.n <> all($3::bigint[])
+                         and exists (select from pg_temp.permaudit_ingest_appended a
+                                      where a.event_id = (r.event::jsonb->>'eventId')::uuid)
+                       order by c.n limit 1) f on true
+                 where r.n = $1
+                """, [n, conflict, refusedLines]).decode((Int, Int, Int?, Int?).self)[0]
             var because = reason
-            if conflict, let first = try db.query("""
-                select c.input, c.line
-                  from pg_temp.permaudit_ingest_check c, pg_temp.permaudit_ingest_check r
-                 where r.n = $1 and (c.event::jsonb->>'eventId')::uuid = (r.event::jsonb->>'eventId')::uuid and c.n < r.n
-                   and c.n <> all($2::bigint[])
-                   and exists (select from pg_temp.permaudit_ingest_appended a where a.event_id = (r.event::jsonb->>'eventId')::uuid)
-                 order by c.n limit 1
-                """, [n, refusedLines]).decode((Int, Int).self).first {
-                because = "eventId: " + (first.0 == input ? "line \(first.1)" : "line \(first.1) of \(inputs[first.0])") + " has this id with different content"
+            if let firstInput, let firstLine {
+                because = "eventId: " + (firstInput == input ? "line \(firstLine)" : "line \(firstLine) of \(inputs[firstInput])") + " has this id with different content"
             }
             try reject(inputs[input], line, because, [])
         }
@@ -373,7 +379,7 @@ public final class Ingestor {
             } catch let error as AppendError {
                 try reject(pending.input, pending.line, error.reason, Array(pending.text.utf8))
             } catch let error as PostgresError where error.code.rawValue.hasPrefix("22") {
-                try reject(pending.input, pending.line, "event: refused by the database (SQLSTATE \(error.code.rawValue))", Array(pending.text.utf8))
+                try reject(pending.input, pending.line, Self.reason(error), Array(pending.text.utf8))
             }
         }
     }

@@ -30,8 +30,13 @@ public final class QueryResult {
     /// The raw text of one cell; nil for SQL NULL, and for a row or column not in the result
     /// (`value` tells them apart).
     public subscript(row: Int, column: Int) -> String? {
-        guard (0..<count).contains(row), (0..<Int(PQnfields(handle))).contains(column),
-              PQgetisnull(handle, Int32(row), Int32(column)) == 0 else { return nil }
+        guard (0..<count).contains(row), (0..<Int(PQnfields(handle))).contains(column) else { return nil }
+        return cell(row, column)
+    }
+
+    /// A cell known to be in the result; nil for SQL NULL.
+    private func cell(_ row: Int, _ column: Int) -> String? {
+        guard PQgetisnull(handle, Int32(row), Int32(column)) == 0 else { return nil }
         return String(cString: PQgetvalue(handle, Int32(row), Int32(column)))
     }
 
@@ -53,7 +58,7 @@ public final class QueryResult {
         guard (0..<count).contains(row) else {
             throw PostgresError(code: .decodingFailure, message: "cannot decode row \(row) as \(T.self): the result has \(count) row\(count == 1 ? "" : "s")")
         }
-        guard let text = self[row, column] else {
+        guard let text = cell(row, column) else {
             if let nullable = T.postgresNull { return nullable }
             throw decodingError(column: column, type: type, text: nil)
         }
