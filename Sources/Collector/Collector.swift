@@ -156,6 +156,8 @@ public final class Collector: @unchecked Sendable {
 
     // MARK: POST /v1/events
 
+    private static let utf8Charsets: Set<String> = ["charset=utf-8", "charset=\"utf-8\"", "charset=utf8", "charset=\"utf8\""]
+
     private func postEvents(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
         guard let key = Self.bearerKey(request.header("authorization")) else {
             return respond(Self.error(401, "an API key is required: 'Authorization: Bearer KEY'",
@@ -164,9 +166,10 @@ public final class Collector: @unchecked Sendable {
         let contentType = (request.header("content-type") ?? "").split(separator: ";").map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
         }
-        // JSON is UTF-8 (RFC 8259 section 8.1): a charset parameter may say so, and nothing else.
+        // JSON is UTF-8 (RFC 8259 section 8.1): a charset parameter may say so (`utf8` is a common
+        // spelling of it), and nothing else.
         guard contentType.first == "application/json",
-              contentType.dropFirst().allSatisfy({ !$0.hasPrefix("charset=") || ["charset=utf-8", "charset=\"utf-8\""].contains($0) }) else {
+              contentType.dropFirst().allSatisfy({ !$0.hasPrefix("charset=") || Self.utf8Charsets.contains($0) }) else {
             return respond(Self.error(415, "the body must be 'Content-Type: application/json' (UTF-8)"))
         }
         var body = request.body

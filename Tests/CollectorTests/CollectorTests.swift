@@ -191,6 +191,18 @@ final class CollectorTests: XCTestCase {
         }
     }
 
+    /// JSON is UTF-8: a charset parameter may say so in any of its usual spellings.
+    func testACharsetParameterNamingUTF8IsAccepted() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        for charset in ["utf-8", "UTF-8", "\"utf-8\"", "utf8", "UTF8"] {
+            XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key,
+                                         contentType: "application/json; charset=\(charset)").status, 200, charset)
+        }
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: key,
+                                     contentType: "application/json; charset=utf-16").status, 415)
+    }
+
     func testRateLimitAnswers429WithRetryAfterPerKey() throws {
         let key = try createKey(), second = try createKey()
         let client = try HTTPClient(port: try start { $0.rateLimit = 0.2; $0.burst = 2 }.port)
