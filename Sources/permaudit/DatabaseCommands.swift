@@ -248,10 +248,11 @@ enum IngestCommand: Command {
         do {
             summary = try ingestor.ingest(inputs)
         } catch {
-            if let rejectsFile {
+            if let rejectsFile, let path = arguments.value("--rejects") {
                 try? rejectsFile.close()
-                let stored = ingestor.summary
-                printError("stored before the error: appended \(stored.appended), duplicates \(stored.duplicates), rejected \(stored.rejected)")
+                let done = ingestor.summary
+                printError("before the error: appended \(done.appended), duplicates \(done.duplicates) (stored); "
+                           + "rejected \(done.rejected) (written to \(path))")
             }
             throw error
         }

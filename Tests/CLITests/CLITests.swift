@@ -264,6 +264,16 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(crlf.stdout, "appended 1, duplicates 0, rejected 1\n", crlf.stderr)
         let rejectedLine = try String(contentsOf: rejects, encoding: .utf8)
         XCTAssertTrue(rejectedLine.contains("\"line\":2,") && rejectedLine.hasSuffix(",\"raw\":\"{\\\"eventId\\\": 12}\"}\n"), rejectedLine)
+
+        // An error that is not a line's (here PA004: the log is ahead of the transaction counter)
+        // ends the run; what was done before it is said, the rejected lines being in the file.
+        try TestDatabase.addAnEventAheadOfTheTransactionCounter(try Connection(url: url))
+        let stopped = try permaudit(["ingest", input.path, "--rejects", rejects.path])
+        XCTAssertEqual(stopped.status, 1)
+        XCTAssertTrue(stopped.stderr.contains("before the error: appended 0, duplicates 0 (stored); rejected 2 (written to \(rejects.path))"),
+                      stopped.stderr)
+        XCTAssertTrue(stopped.stderr.contains("PA004"), stopped.stderr)
+        XCTAssertEqual(try String(contentsOf: rejects, encoding: .utf8).split(separator: "\n").count, 2)
     }
 
     func testUnmigratedExternalDatabaseIsReported() throws {
