@@ -42,7 +42,7 @@ public struct EmbeddedCluster: Sendable {
             return .notCreated
         }
         let result = try pgctl(["status", "-D", dataDirectory.path])
-        if result.status == 0, let pid = serverPID, !Self.isZombie(pid) {
+        if result.status == 0, let pid = serverPID, !Self.isZombie(pid), isServer(pid) {
             return .running(pid: pid)
         }
         return .stopped
@@ -50,8 +50,23 @@ public struct EmbeddedCluster: Sendable {
 
     /// The server's process id from its lock file.
     private var serverPID: Int? {
-        let pidFile = (try? String(contentsOf: dataDirectory.appendingPathComponent("postmaster.pid"), encoding: .utf8)) ?? ""
+        let pidFile = (try? String(contentsOf: lockFile, encoding: .utf8)) ?? ""
         return Int(pidFile.split(separator: "\n").first ?? "")
+    }
+
+    private var lockFile: URL { dataDirectory.appendingPathComponent("postmaster.pid") }
+
+    /// Whether process `pid` is this cluster's server: a server works in its data directory. A
+    /// lock file left by a server that did not stop may name a process id that another program
+    /// of the server's user has since been given; pg_ctl counts that program as the server (and
+    /// would signal it), and a new server refuses to start beside its lock file. Where the
+    /// process's directory cannot be read, it is taken to be the server.
+    private func isServer(_ pid: Int) -> Bool {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/\(pid)/cwd", &buffer, buffer.count - 1)
+        guard length >= 0 else { return errno != ENOENT && errno != ESRCH }
+        let directory = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return directory == dataDirectory.resolvingSymlinksInPath().path
     }
 
     /// Whether the process has exited but its parent has not collected it yet (state Z in
@@ -72,13 +87,20 @@ public struct EmbeddedCluster: Sendable {
         guard socket.utf8.count <= 107 else {
             throw ClusterError("PERMAUDIT_HOME \(home.path) is too long: the server's socket path would be \(socket.utf8.count) bytes, and a Unix socket path is at most 107")
         }
+        // libpq reads a comma in a host as a list of hosts.
+        guard !socketDirectory.path.contains(",") else {
+            throw ClusterError("PERMAUDIT_HOME \(home.path) contains a comma, which a PostgreSQL connection cannot name in a socket directory")
+        }
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
             if try status() == .notCreated { try initialise() }
+            try checkSettings()
             if case .running = try status() {} else {
                 // A killed server not yet collected by its parent: wait for it (up to 10 s).
                 let deadline = Date().addingTimeInterval(10)
                 while let pid = serverPID, Self.isZombie(pid), Date() < deadline { usleep(100_000) }
+                // A lock file naming a live process that is not the server (see isServer).
+                if let pid = serverPID, !Self.isZombie(pid), !isServer(pid) { try? FileManager.default.removeItem(at: lockFile) }
                 try prepareRunDirectory()
                 // The server inherits pg_ctl's descriptors: give it no pipe to hold open.
                 let result = try pgctl(["start", "-w", "-t", "60", "-D", dataDirectory.path, "-l", logFile.path], capture: false)
@@ -122,25 +144,33 @@ public struct EmbeddedCluster: Sendable {
 
     private var runsAsRoot: Bool { geteuid() == 0 }
 
+    private static let settingsMarker = "# PermissionAudit embedded cluster"
+
+    /// Creates the cluster in a staging directory that one rename makes `pgdata`: a creation
+    /// that is killed half-way leaves no cluster with PostgreSQL's default settings (which
+    /// listen on TCP), only a staging directory that the next creation removes.
     private func initialise() throws {
         let fm = FileManager.default
-        try fm.createDirectory(at: dataDirectory, withIntermediateDirectories: true)
-        try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: dataDirectory.path)
+        let staging = home.appendingPathComponent("pgdata.creating")
+        if fm.fileExists(atPath: staging.path) { try fm.removeItem(at: staging) }
+        try fm.createDirectory(at: staging, withIntermediateDirectories: true)
+        try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: staging.path)
         if runsAsRoot {
             try checkServerUserCanReach(home)
-            _ = try run("/bin/chown", ["-R", "\(Self.serverUser):", dataDirectory.path])
+            _ = try run("/bin/chown", ["-R", "\(Self.serverUser):", staging.path])
         }
         let initdb = try PostgresBinaries.locate().path("initdb")
         let result = try runAsServer(initdb, [
-            "-D", dataDirectory.path, "-U", Self.superuser, "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8",
+            "-D", staging.path, "-U", Self.superuser, "--auth-local=trust", "--auth-host=reject", "--encoding=UTF8", "--locale=C.UTF-8",
         ])
         guard result.status == 0 else { throw ClusterError("initdb failed: \(result.output)") }
         // Unix socket only, in a private directory; sized for a 2-core developer machine.
+        let quotedSocketDirectory = socketDirectory.path.replacingOccurrences(of: "'", with: "''")
         let settings = """
 
-            # PermissionAudit embedded cluster
+            \(Self.settingsMarker)
             listen_addresses = ''
-            unix_socket_directories = '\(socketDirectory.path)'
+            unix_socket_directories = '\(quotedSocketDirectory)'
             unix_socket_permissions = 0700
             max_connections = 100
             shared_buffers = 256MB
@@ -157,11 +187,27 @@ public struct EmbeddedCluster: Sendable {
             log_min_error_statement = panic
 
             """
-        let conf = dataDirectory.appendingPathComponent("postgresql.conf")
-        let handle = try FileHandle(forWritingTo: conf)
-        defer { try? handle.close() }
+        let handle = try FileHandle(forWritingTo: staging.appendingPathComponent("postgresql.conf"))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data(settings.utf8))
+        try handle.synchronize()
+        try handle.close()
+        // An empty pgdata (left by an earlier version's interrupted creation) is replaced.
+        guard rename(staging.path, dataDirectory.path) == 0 else {
+            throw ClusterError("cannot create \(dataDirectory.path) (\(String(cString: strerror(errno)))): it exists and is not a cluster; move it away")
+        }
+    }
+
+    /// Refuses a cluster without the embedded cluster's settings: a creation by an earlier
+    /// version that was killed between initdb and the settings left PostgreSQL's defaults.
+    private func checkSettings() throws {
+        let conf = dataDirectory.appendingPathComponent("postgresql.conf")
+        guard let text = try? String(contentsOf: conf, encoding: .utf8), text.contains(Self.settingsMarker) else {
+            throw ClusterError("""
+                \(dataDirectory.path) is not set up as the embedded cluster (its creation was interrupted, and its \
+                server would listen on TCP): stop it with 'permaudit db stop', remove the directory and start again
+                """)
+        }
     }
 
     private func prepareRunDirectory() throws {
