@@ -40,7 +40,7 @@ enum AuditCommand: Command {
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
         ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal, and by verify when intact); tampered if no seal has it."),
         ("--app <app>", "subject, erase: the app; permissions: only this app (1-255 characters [A-Za-z0-9._-])."), ("--subject <id>", "subject, erase: the install id."),
-        ("--reason <text>", "erase: why (recorded)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
+        ("--reason <text>", "erase: why (recorded for good; must not contain the install id)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
     ]
     static let valueOptions: Set<String> = ["--key", "--public-key", "--key-dir", "--max-events", "--from", "--to", "--expect-seal", "--app", "--subject",
@@ -189,7 +189,7 @@ enum AuditCommand: Command {
     }
 
     static func install(_ arguments: ParsedArguments) throws -> (String, String) {
-        guard let app = arguments.value("--app"), let subject = arguments.value("--subject") else {
+        guard let app = try arguments.app(), let subject = arguments.value("--subject") else {
             throw UsageError(message: "--app and --subject are required", usage: usage)
         }
         return (app, subject)

@@ -59,6 +59,15 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(export.status, 0, export.stderr)
         XCTAssertTrue(export.stdout.contains("\"sealId\":1,\"event\":{"), export.stdout)
         XCTAssertEqual(try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42"]).status, 64, "needs a reason")
+        for action in ["subject", "erase"] {
+            let badApp = try permaudit(["audit", action, "--app", "bad app!", "--subject", "cli-secret-42"] + (action == "erase" ? ["--reason", "request 7"] : []))
+            XCTAssertEqual(badApp.status, 64, badApp.stderr)
+            XCTAssertTrue(badApp.stderr.contains("'--app' must be an app id"), badApp.stderr)
+        }
+        let reasonWithTheId = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "erase cli-secret-42"])
+        XCTAssertEqual(reasonWithTheId.status, 1)
+        XCTAssertTrue(reasonWithTheId.stderr.contains("reason: must not contain the install id"), reasonWithTheId.stderr)
+        XCTAssertEqual(reasonWithTheId.stderr.components(separatedBy: "cli-secret-42").count, 1, "the id is not repeated")
         let erase = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "request 7"])
         XCTAssertEqual(erase.status, 0, erase.stderr)
         XCTAssertFalse(erase.stdout.contains("cli-secret-42"))

@@ -37,6 +37,16 @@ final class ErasureTests: XCTestCase {
         XCTAssertEqual(accesses.map(\.0), ["audit.subject_events", "audit.subject_events"])
         XCTAssertEqual(accesses.map(\.1), ["{\"app\": \"com.example.app\", \"events\": 2}", "{\"app\": \"com.example.app\", \"events\": 2}"])
 
+        // A reason holding the install id (in any letter case) is refused: the record is kept for
+        // good. Nothing is erased or recorded, and the message does not repeat the id.
+        let erasuresBefore = try db.query("select count(*)::int from audit.erasures").scalar(Int.self)
+        XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "ticket 12: \(secret.uppercased())")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA021", "\(error)")
+            XCTAssertFalse("\(error)".lowercased().contains(secret), "\(error)")
+        }
+        XCTAssertEqual(try db.query("select count(*)::int from audit.erasures").scalar(Int.self), erasuresBefore)
+        XCTAssertEqual(try SubjectRights.export(db, app: "com.example.app", subject: secret).count, 2, "still linked")
+
         let key = try XCTUnwrap(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "GDPR art. 17 request 42"))
         XCTAssertNil(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "again"))
         XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: "other", reason: " "))
