@@ -164,7 +164,9 @@ public struct Verifier {
         try EventHashes.forEachLeaf(db, after: seal.after, through: seal.through) { point, id, hash in
             actual.append(SealedLeaf(position: point.position, eventId: id, hash: hash))
         }
-        let (valid, failure) = compare(sealed: leaves, actual: actual, sealId: seal.id)
+        let (valid, failure) = try compare(sealed: leaves, actual: actual, sealId: seal.id) { id in
+            try db.query("select position from audit.events where event_id = $1::uuid", [id.uuidString]).decode(Int64.self).first
+        }
         if let failure { outcome.failures.append(failure) }
         outcome.eventsValid = valid
         let sealedPositions = leaves.map(\.position)
@@ -185,25 +187,39 @@ public struct Verifier {
     }
 
     /// How many sealed events are intact, and the first difference between what was sealed and
-    /// what the log holds now, with its kind.
-    static func compare(sealed: [SealedLeaf], actual: [SealedLeaf], sealId: Int64) -> (Int, Failure?) {
+    /// what the log holds now, with its kind. `position(of:)` finds an event that is missing from
+    /// the seal's range elsewhere in the log (moved, not deleted).
+    static func compare(sealed: [SealedLeaf], actual: [SealedLeaf], sealId: Int64,
+                        position: (UUID) throws -> Int64?) rethrows -> (Int, Failure?) {
         let now = Dictionary(actual.map { ($0.eventId, $0) }, uniquingKeysWith: { first, _ in first })
         let valid = sealed.filter { now[$0.eventId] == $0 }.count
         guard sealed != actual else { return (valid, nil) }
         let k = (0..<min(sealed.count, actual.count)).first { sealed[$0] != actual[$0] } ?? min(sealed.count, actual.count)
         let sealedIds = Set(sealed.map(\.eventId))
+        func moved(_ leaf: SealedLeaf, to position: Int64, _ outside: Bool) -> Failure {
+            let event = "event \(leaf.eventId.uuidString.lowercased())"
+            return Failure(kind: .reordered, sealId: sealId, position: leaf.position, detail: position == leaf.position
+                ? "\(event) at position \(position) is outside the seal's range in committed order (its transaction id changed)"
+                : "\(event) sealed at position \(leaf.position) is at position \(position)" + (outside ? ", outside the seal's range" : ""))
+        }
         let failure: Failure
         if k < sealed.count && k < actual.count && sealed[k].eventId == actual[k].eventId {
-            failure = Failure(kind: .modified, sealId: sealId, position: sealed[k].position,
-                              detail: "event \(sealed[k].eventId.uuidString.lowercased()) differs from what was sealed")
+            failure = sealed[k].position == actual[k].position
+                ? Failure(kind: .modified, sealId: sealId, position: sealed[k].position,
+                          detail: "event \(sealed[k].eventId.uuidString.lowercased()) differs from what was sealed")
+                : moved(sealed[k], to: actual[k].position, false)
         } else if k < sealed.count && now[sealed[k].eventId] == nil {
-            failure = Failure(kind: .deleted, sealId: sealId, position: sealed[k].position,
-                              detail: "\(sealed.filter { now[$0.eventId] == nil }.count) sealed events are missing")
+            if let elsewhere = try position(sealed[k].eventId) {
+                failure = moved(sealed[k], to: elsewhere, true)
+            } else {
+                failure = Failure(kind: .deleted, sealId: sealId, position: sealed[k].position,
+                                  detail: "\(sealed.filter { now[$0.eventId] == nil }.count) sealed events are missing from the seal's range")
+            }
         } else if k < actual.count && !sealedIds.contains(actual[k].eventId) {
             failure = Failure(kind: .inserted, sealId: sealId, position: actual[k].position,
                               detail: "\(actual.filter { !sealedIds.contains($0.eventId) }.count) events in the sealed range were not sealed")
         } else {
-            failure = Failure(kind: .reordered, sealId: sealId, position: k < actual.count ? actual[k].position : sealed[k].position,
+            failure = Failure(kind: .reordered, sealId: sealId, position: k < sealed.count ? sealed[k].position : actual[k].position,
                               detail: "the sealed events are in another order or at other positions")
         }
         return (valid, failure)

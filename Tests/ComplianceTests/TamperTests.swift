@@ -51,6 +51,20 @@ final class TamperTests: XCTestCase {
                 update audit.events set position = 78 where position = -1
                 """, .reordered, 77),
             ("truncate the tail", "delete from audit.events where position > 290", .deleted, 291),
+            // Moved, not deleted: named where it was sealed.
+            ("renumber a seal's events", """
+                alter table audit.events alter column position drop identity;
+                update audit.events set position = position + 1000 where position between 101 and 200
+                """, .reordered, 101),
+            ("renumber one event within its seal", """
+                alter table audit.events alter column position drop identity;
+                update audit.events set position = 1000 where position = 150;
+                update audit.events set position = 150 where position = 151;
+                update audit.events set position = 151 where position = 1000
+                """, .reordered, 150),
+            ("give an event a later transaction id", """
+                update audit.events set transaction_id = (select max(transaction_id) from audit.events) where position = 120
+                """, .reordered, 120),
             ("alter a seal's root", "update audit.seals set merkle_root = sha256(merkle_root) where seal_id = 2", .alteredSeal, 101),
             // Bytes are flipped (writing a fixed byte changes nothing when it is already that byte: 1 run in 256).
             ("alter a seal's leaves", "update audit.seals set leaves = set_byte(leaves, 39, get_byte(leaves, 39) # 255) where seal_id = 3", .alteredSeal, 201),
