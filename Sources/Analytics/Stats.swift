@@ -125,6 +125,16 @@ public enum Stats {
         return [primed, experiments]
     }
 
+    /// A note when the log holds events the projector has not reached yet
+    /// (`analytics.projector_lag`): every count of the analytics views leaves them out, while the
+    /// intake counts (duplicates, rejected) are already current. Nil when caught up.
+    public static func unprojectedNote(_ db: Connection) throws -> String? {
+        guard let (behind, age) = try db.query("select events_behind, lag_seconds from analytics.projector_lag")
+            .decode((Int64, Double).self).first, behind > 0 else { return nil }
+        return "\(behind) events in the log are not projected yet (the oldest stored \(Int(age.rounded())) s ago): "
+            + "the numbers here leave them out. Run 'permaudit project --once', or keep 'permaudit project --follow' running."
+    }
+
     /// Notes on the experiments `priming` shows, one per experiment and problem: a key pooled over
     /// several apps (the grouping has no `app` and no app is chosen; a key's variants are
     /// assigned within each app, so pooled arms can hide or reverse an app's effect, Simpson's

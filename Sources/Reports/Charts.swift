@@ -28,6 +28,28 @@ enum SVGChart {
         return String(text.prefix(limit - tail - 1)) + "…" + String(text.suffix(tail))
     }
 
+    /// A chart's labels, each shortened, and kept apart: labels that would read the same once cut
+    /// show, after their first characters, the part where they differ instead of their end.
+    static func shorten(_ texts: [String], _ limit: Int = 40) -> [String] {
+        var short = texts.map { shorten($0, limit) }
+        for _ in 0..<4 {  // a group split by its first difference may still share a later cut
+            let clashes = Dictionary(grouping: texts.indices, by: { short[$0] }).values
+                .filter { group in Set(group.map { texts[$0] }).count > 1 }
+            if clashes.isEmpty { break }
+            for group in clashes {
+                let characters = group.map { Array(texts[$0]) }
+                let common = (0...).first { i in characters.contains { i >= $0.count } || Set(characters.map { $0[i] }).count > 1 }!
+                let head = limit / 4, window = limit - head - 2
+                for (index, text) in zip(group, characters) {
+                    let start = min(max(common - 4, head), max(text.count - window, head))
+                    let end = min(start + window, text.count)
+                    short[index] = String(text[..<head]) + "…" + String(text[start..<end]) + (end < text.count ? "…" : "")
+                }
+            }
+        }
+        return short
+    }
+
     /// An axis from 0 to a round value at or above `high` (at most 100%), with round steps.
     static func scale(_ high: Double) -> (max: Double, step: Double) {
         let top = min(1, max(high, 0.01))
@@ -64,13 +86,15 @@ enum SVGChart {
         if hidden > 0 {
             svg += "<text x=\"\(f(labelWidth))\" y=\"16\" class=\"note\">\(rows.count) largest of \(table.rows.count) rows; all rows in the table</text>"
         }
+        let labels = rows.map { Self.label(table, $0, label) }
+        let shortLabels = shorten(labels)
         for (i, row) in rows.enumerated() {
             let y = top + Double(i) * rowHeight
-            let text = Self.label(table, row, label)
+            let text = labels[i]
             let v = table.number(row, value) ?? 0
             let tooltip = HTML.escape("\(text): \(DisplayTable.percent(v))" + interval(table, row, low, high))
             svg += "<g><title>\(tooltip)</title>"
-            svg += "<text x=\"\(f(labelWidth - 8))\" y=\"\(f(y + 15))\" text-anchor=\"end\" class=\"label\">\(HTML.escape(shorten(text)))</text>"
+            svg += "<text x=\"\(f(labelWidth - 8))\" y=\"\(f(y + 15))\" text-anchor=\"end\" class=\"label\">\(HTML.escape(shortLabels[i]))</text>"
             svg += "<rect x=\"\(f(labelWidth))\" y=\"\(f(y + 4))\" width=\"\(f(x(v) - labelWidth))\" height=\"\(f(rowHeight - 8))\" class=\"bar\"/>"
             if let lo = table.number(row, low), let hi = table.number(row, high) {
                 let cy = y + rowHeight / 2
@@ -129,9 +153,9 @@ enum SVGChart {
             svg += "<text x=\"\(f(legendX + 16))\" y=\"18\" class=\"label\">\(state)</text>"
             legendX += 80
         }
-        for (i, name) in shown.enumerated() {
+        for (i, (name, shortName)) in zip(shown, shorten(shown)).enumerated() {
             let y = top + Double(i) * rowHeight
-            svg += "<text x=\"\(f(labelWidth - 8))\" y=\"\(f(y + 16))\" text-anchor=\"end\" class=\"label\">\(HTML.escape(shorten(name)))</text>"
+            svg += "<text x=\"\(f(labelWidth - 8))\" y=\"\(f(y + 16))\" text-anchor=\"end\" class=\"label\">\(HTML.escape(shortName))</text>"
             var offset = labelWidth
             for row in table.rows.indices where table.rows[row][g].plain == name {
                 let value = table.number(row, share) ?? 0

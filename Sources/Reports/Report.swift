@@ -48,7 +48,7 @@ public struct Report: Sendable {
     public static func build(_ db: Connection, filters: StatsQuery, now: Date = Date()) throws -> Report {
         let q = filters.grouped(by: [])
         let overview = try Stats.overview(db, q)
-        var notes: [String] = []
+        var notes = try Stats.unprojectedNote(db).map { [$0] } ?? []
         var sections: [Section] = []
         if overview.events == 0 {
             // The current state and the compliance findings below do not depend on the days.
@@ -75,7 +75,9 @@ public struct Report: Sendable {
                                          .integer($0.count), .text($0.evidence), .text($0.guidance)] }
             sections.append(Section(
                 id: "compliance", title: "Compliance: over-permission findings",
-                intro: findings.isEmpty ? "No over-permission finding: the app asks for what its flows need."
+                intro: findings.isEmpty
+                    ? (overview.events == 0 && states.rows.isEmpty ? "No over-permission finding, and no projected events to judge."
+                                                                     : "No over-permission finding: the app asks for what its flows need.")
                     : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
                     + "(as `permaudit audit permissions` reports; over all days).",
                 items: [Item(name: "findings", table: table, chart: nil)]))

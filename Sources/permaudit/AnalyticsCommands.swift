@@ -162,7 +162,8 @@ enum StatsCommand: Command {
     static let abstract = "Quick product analytics in the terminal: denial, priming, picker."
     static let usage = "permaudit stats denial|priming|picker [--by <dims>] [--app <app>] [--platform ios|android] [--from <date>] [--to <date>] [--format table|csv|json] [--database-url <url>]"
     static let discussion = """
-        Reads the analytics views (run 'permaudit project --once' first). --by takes a comma-separated
+        Reads the analytics views (run 'permaudit project --once' first; a note on stderr says
+        how many stored events are not projected yet). --by takes a comma-separated
         list of day, week, app, platform, osMajor, appVersion, permission, flow, for every statistic
         (a picker attempt involves no permission: with --by permission it falls in the group
         without one, unless another event of the attempt names one). week is the ISO week,
@@ -213,6 +214,7 @@ enum StatsCommand: Command {
         default: tables = [try Stats.picker(db, query)]
         }
         print(ResultTable.render(tables, format), terminator: "")
+        if let note = try Stats.unprojectedNote(db) { printError("note: " + note) }
         if which == "priming" {
             for note in try Stats.experimentNotes(db, query) { printError("note: " + note) }
         }

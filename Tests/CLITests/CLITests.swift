@@ -451,9 +451,12 @@ final class ProjectCommandTests: XCTestCase {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 12)
         try EventLog(connection: db).append(random.events(attempts: 500, subjects: 80))
+        let behind = try CLITests.run(["stats", "picker"], url: url)
+        XCTAssertTrue(behind.stderr.contains("note: ") && behind.stderr.contains("events in the log are not projected yet"), behind.stderr)
         XCTAssertEqual(try CLITests.run(["project", "--once"], url: url).status, 0)
         let denial = try CLITests.run(["stats", "denial", "--by", "platform,osMajor", "--format", "csv"], url: url)
         XCTAssertEqual(denial.status, 0, denial.stderr)
+        XCTAssertFalse(denial.stderr.contains("not projected yet"), denial.stderr)
         let lines = denial.stdout.split(separator: "\n")
         XCTAssertTrue(lines[0].hasPrefix("platform,osMajor,prompted,denied,denial_rate,denial_low,denial_high"), String(lines[0]))
         // The CSV's prompted totals equal the view's.

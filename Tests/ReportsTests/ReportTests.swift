@@ -156,11 +156,32 @@ final class ReportTests: XCTestCase {
         XCTAssertEqual(report.sections.map(\.id), ["compliance"])
         XCTAssertEqual(report.item("findings")?.rows.count, 0)
         XCTAssertTrue(report.notes[0].hasPrefix("No events match this selection"), report.notes[0])
+        XCTAssertEqual(report.sections.first?.intro, "No over-permission finding, and no projected events to judge.")
         try ReportWriter(report).write(ReportWriter.Format.allCases, to: directory)
         let html = try String(contentsOf: directory.appendingPathComponent("report.html"), encoding: .utf8)
         XCTAssertTrue(html.contains("No events match this selection"))
         assertNoBrokenNumbers(html)
         assertNoBrokenNumbers(try String(contentsOf: directory.appendingPathComponent("report.json"), encoding: .utf8))
+    }
+
+    /// Events stored but not projected yet are named first: the views leave them out, while the
+    /// intake counts already hold them.
+    func testEventsNotProjectedYetAreNamed() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let attempt = UUID()
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "permission.prompted", attempt: attempt, removing: ["attributes"]),
+            EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt),
+        ])
+        let behind = try Report.build(db, filters: StatsQuery())
+        XCTAssertTrue(behind.notes[0].hasPrefix("2 events in the log are not projected yet"), behind.notes[0])
+        XCTAssertEqual(behind.overview.events, 0)
+        try Projector(connection: db).catchUp()
+        let caughtUp = try Report.build(db, filters: StatsQuery())
+        XCTAssertFalse(caughtUp.notes.contains { $0.contains("not projected yet") }, caughtUp.notes.joined(separator: "\n"))
+        XCTAssertEqual(caughtUp.overview.events, 2)
     }
 
     /// Days without events leave out the sections over attempts, not the current state and the
@@ -234,7 +255,9 @@ final class ReportTests: XCTestCase {
         var events: [String] = []
         for i in 0..<60 {
             let attempt = UUID()
-            let overrides = ["flow": EventFixtures.quoted("flow-\(i % 50)"), "appVersion": EventFixtures.quoted("1.\(i % 30).0")]
+            // App versions that differ in the middle only: their chart labels must still differ.
+            let overrides = ["flow": EventFixtures.quoted("flow-\(i % 50)"),
+                             "appVersion": EventFixtures.quoted("1.\(i % 30).0-a-rather-long-build-label-of-the-nightly-channel")]
             events.append(EventFixtures.event(type: "permission.prompted", subject: "s\(i)", attempt: attempt, overrides: overrides,
                                               removing: ["attributes"]))
             events.append(EventFixtures.event(type: i % 3 == 0 ? "permission.denied" : "permission.granted", subject: "s\(i)",
@@ -254,6 +277,10 @@ final class ReportTests: XCTestCase {
             XCTAssertEqual(part.components(separatedBy: "class=\"bar\"").count - 1, Report.chartRowLimit, figure)
             XCTAssertTrue(part.contains("\(Report.chartRowLimit) largest of \(rows) rows"), figure)
             XCTAssertEqual(part.components(separatedBy: "<tr>").count - 2, rows, figure)  // header row + data rows
+            let labels = part.components(separatedBy: "class=\"label\">").dropFirst().map { $0.prefix { $0 != "<" } }
+            XCTAssertEqual(labels.count, Report.chartRowLimit, figure)
+            XCTAssertEqual(Set(labels).count, labels.count, "\(figure): \(labels)")
+            XCTAssertTrue(labels.allSatisfy { $0.count <= 40 }, "\(labels)")
         }
     }
 
