@@ -127,10 +127,16 @@ public enum Stats {
 
     /// A note when the log holds events the projector has not reached yet
     /// (`analytics.projector_lag`): every count of the analytics views leaves them out, while the
-    /// intake counts (duplicates, rejected) are already current. Nil when caught up.
+    /// intake counts (duplicates, rejected) are already current. Nil when caught up, and for a
+    /// role that may not ask (the view's count is the analyst's).
     public static func unprojectedNote(_ db: Connection) throws -> String? {
-        guard let (behind, age) = try db.query("select events_behind, lag_seconds from analytics.projector_lag")
-            .decode((Int64, Double).self).first, behind > 0 else { return nil }
+        let lag: [(Int64, Double)]
+        do {
+            lag = try db.query("select events_behind, lag_seconds from analytics.projector_lag").decode((Int64, Double).self)
+        } catch let error as PostgresError where error.code == .insufficientPrivilege {
+            return nil
+        }
+        guard let (behind, age) = lag.first, behind > 0 else { return nil }
         return "\(behind) events in the log are not projected yet (the oldest stored \(Int(age.rounded())) s ago): "
             + "the numbers here leave them out. Run 'permaudit project --once', or keep 'permaudit project --follow' running."
     }

@@ -64,6 +64,11 @@ final class ReportCommandTests: XCTestCase {
         let analystJSON = try String(contentsOfFile: analystOut + "/report.json", encoding: .utf8)
         XCTAssertTrue(analystJSON.contains("The compliance findings need read access"), analystJSON)
         XCTAssertTrue(analystJSON.contains("\"id\":\"priming\""), analystJSON)
+        // The auditor reads the views and the findings, not how far the projector is behind.
+        let auditorOut = directory.appendingPathComponent("auditor").path
+        let auditorReport = try CLITests.run(["report", "--out", auditorOut, "--format", "json"], url: url + "&options=-c%20role%3Dpermaudit_auditor")
+        XCTAssertEqual(auditorReport.status, 0, auditorReport.stderr)
+        XCTAssertTrue(try String(contentsOfFile: auditorOut + "/report.json", encoding: .utf8).contains("\"id\":\"compliance\""))
 
         let onlyJSON = directory.appendingPathComponent("j").path
         XCTAssertEqual(try permaudit(["report", "--out", onlyJSON, "--format", "json"]).status, 0)
