@@ -21,13 +21,17 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libpq5 libmicrohttpd12 zlib1g libssl3 postgresql-client ca-certificates tzdata \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin permaudit
+    && useradd --system --uid 10001 --home-dir /nonexistent --shell /usr/sbin/nologin permaudit \
+    && install -d -o permaudit -g permaudit -m 0700 /var/lib/permaudit /var/lib/permaudit/keys
 COPY --from=builder /build/permaudit /usr/local/bin/permaudit
 # permaudit finds its migrations in /usr/local/share/permaudit/sql.
 COPY sql /usr/local/share/permaudit/sql
 COPY deploy /usr/local/share/permaudit/deploy
 COPY dashboards /usr/local/share/permaudit/dashboards
-ENV PERMAUDIT_SQL_DIR=/usr/local/share/permaudit/sql \
+# PERMAUDIT_HOME holds the seal keys (keys/, a volume in docker-compose.yml, which a new volume
+# takes with this directory's owner); the database is always DATABASE_URL's.
+ENV PERMAUDIT_HOME=/var/lib/permaudit \
+    PERMAUDIT_SQL_DIR=/usr/local/share/permaudit/sql \
     PERMAUDIT_DASHBOARDS_DIR=/usr/local/share/permaudit/dashboards/dashboards
 USER permaudit
 CMD ["permaudit", "--help"]

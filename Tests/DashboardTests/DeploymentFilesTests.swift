@@ -157,23 +157,28 @@ final class DeploymentFilesTests: XCTestCase {
         }
     }
 
-    /// `permaudit <subcommand> --option ...` as written in the compose file's commands.
-    func composeInvocations() throws -> [(subcommand: String, options: [String])] {
-        try lines("docker-compose.yml").compactMap { line in
+    /// `permaudit <subcommand> [action] --option ...` as written in the compose file's commands
+    /// (every one of a shell command line).
+    func composeInvocations() throws -> [(subcommand: String, action: String?, options: [String])] {
+        try lines("docker-compose.yml").flatMap { line -> [(String, String?, [String])] in
             let words = line.replacingOccurrences(of: "[\",\\[\\]]", with: " ", options: .regularExpression)
-                .split(separator: " ").map(String.init)
-            guard let start = words.firstIndex(of: "permaudit"), start + 1 < words.count else { return nil }
-            let rest = words[(start + 1)...].prefix { $0 != "&&" }
-            return (rest.first!, rest.dropFirst().filter { $0.hasPrefix("--") })
+                .replacingOccurrences(of: ";", with: " ; ").split(separator: " ").map(String.init)
+            return words.indices.filter { words[$0] == "permaudit" && $0 + 1 < words.count }.map { start in
+                let rest = words[(start + 1)...].prefix { !["&&", "||", ";", ">"].contains($0) }
+                let action = rest.dropFirst().first.flatMap { $0.hasPrefix("-") ? nil : $0 }
+                return (rest.first!, action, rest.dropFirst().filter { $0.hasPrefix("--") })
+            }
         }
     }
 
     func testComposeCommandsExistInTheCLI() throws {
         let invocations = try composeInvocations()
-        XCTAssertEqual(Set(invocations.map(\.subcommand)), ["migrate", "project", "simulate"])
-        for (subcommand, options) in invocations {
+        XCTAssertEqual(Set(invocations.map(\.subcommand)), ["migrate", "project", "simulate", "audit"])
+        XCTAssertEqual(Set(invocations.compactMap(\.action)), ["keygen", "verify", "permissions"])
+        for (subcommand, action, options) in invocations {
             let run = try Self.permaudit([subcommand, "--help"])
             XCTAssertEqual(run.status, 0, "permaudit \(subcommand) --help: \(run.stderr)")
+            if let action { XCTAssertTrue(run.stdout.contains("  \(action) ") || run.stdout.contains("  \(action)\n"), "permaudit \(subcommand) has no \(action)") }
             for option in options {
                 XCTAssertTrue(run.stdout.contains(option), "permaudit \(subcommand) has no \(option)")
             }
