@@ -40,7 +40,9 @@ final class DashboardQueryTests: XCTestCase {
         XCTAssertEqual(Set(dashboards.map(\.uid)), ["permaudit-outcomes", "permaudit-priming", "permaudit-picker", "permaudit-health"])
         for dashboard in dashboards {
             XCTAssertFalse(dashboard.targets.isEmpty, dashboard.file)
-            XCTAssertTrue(Set(dashboard.variables.map(\.name)).isSuperset(of: ["app", "platform"]), dashboard.file)
+            // Flow on every dashboard whose views have it (the health dashboard's intake has none).
+            XCTAssertTrue(Set(dashboard.variables.map(\.name)).isSuperset(of: dashboard.uid == "permaudit-health" ? ["app", "platform"] : ["app", "platform", "flow"]),
+                          dashboard.file)
             for variable in dashboard.variables {
                 let label = "\(dashboard.file): \(variable.name)"
                 XCTAssertTrue(variable.multi && variable.includeAll, label)
@@ -299,6 +301,37 @@ final class DashboardQueryTests: XCTestCase {
             let labels = try rows(of: title, in: "permaudit-priming", db: db, from: from, to: to).compactMap { $0["arm"] ?? nil }
             XCTAssertFalse(labels.isEmpty, title)
             for label in labels { XCTAssertTrue(apps.contains { label.hasPrefix($0 + " ") || label.hasPrefix($0 + ":") }, "\(title): \(label) names no app") }
+        }
+    }
+
+    /// The flow variable splits the priming dashboard's arms: the arms of each flow alone (and of
+    /// the attempts without one, "(none)", where there are such) add up to the arms with every flow.
+    func testEachFlowsArmsAddUpToAllFlows() throws {
+        let (db, from, to) = try simulatedLog()
+        try db.execute("set role permaudit_analyst")
+        let dashboard = try XCTUnwrap(try Dashboard.load(directory: Self.dashboardsDirectory).first { $0.uid == "permaudit-priming" })
+        let flows = try db.query(try XCTUnwrap(dashboard.variables.first { $0.name == "flow" }).query).column(as: String.self)
+        XCTAssertGreaterThanOrEqual(flows.count, 3, "\(flows)")
+        for title in ["Primed vs unprimed: access rate, interval and lift", "Experiment arms: access rate, interval and lift"] {
+            let target = try XCTUnwrap(dashboard.targets.first { $0.panelTitle == title })
+            func attempts(_ flow: GrafanaQuery.Variable) throws -> [String: Int] {
+                let variables: [String: GrafanaQuery.Variable] = ["app": .all([], allValue: "'(all)'"), "platform": .all([], allValue: "'(all)'"), "flow": flow]
+                let result = try db.query(try GrafanaQuery.forTarget(target, from: from, to: to, variables: variables).expand(target.rawSQL))
+                let n = try XCTUnwrap(result.columns.firstIndex(of: "attempts"))
+                var sums: [String: Int] = [:]
+                for row in 0..<result.count {
+                    let key = (0..<n).map { result[row, $0] ?? "NULL" }.joined(separator: "|")
+                    sums[key, default: 0] += try result.value(row, n, as: Int.self)
+                }
+                return sums
+            }
+            let all = try attempts(.all([], allValue: "'(all)'"))
+            XCTAssertFalse(all.isEmpty, title)
+            var summed: [String: Int] = [:]
+            for flow in flows {
+                for (key, n) in try attempts(GrafanaQuery.Variable(values: [flow], quotesSingleValue: true)) { summed[key, default: 0] += n }
+            }
+            XCTAssertEqual(summed, all, title)
         }
     }
 
