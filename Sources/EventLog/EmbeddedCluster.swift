@@ -49,24 +49,43 @@ public struct EmbeddedCluster: Sendable {
     }
 
     /// The server's process id from its lock file.
-    private var serverPID: Int? {
-        let pidFile = (try? String(contentsOf: lockFile, encoding: .utf8)) ?? ""
-        return Int(pidFile.split(separator: "\n").first ?? "")
-    }
+    private var serverPID: Int? { Self.lockFileLines(lockFile).first.flatMap { Int($0) } }
 
     private var lockFile: URL { dataDirectory.appendingPathComponent("postmaster.pid") }
+    /// The socket's lock file, which names the server too (PID on its first line).
+    private var socketLockFile: URL { socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock") }
 
-    /// Whether process `pid` is this cluster's server: a server works in its data directory. A
-    /// lock file left by a server that did not stop may name a process id that another program
-    /// of the server's user has since been given; pg_ctl counts that program as the server (and
-    /// would signal it), and a new server refuses to start beside its lock file. Where the
-    /// process's directory cannot be read, it is taken to be the server.
-    private func isServer(_ pid: Int) -> Bool {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/\(pid)/cwd", &buffer, buffer.count - 1)
-        guard length >= 0 else { return errno != ENOENT && errno != ESRCH }
-        let directory = String(decoding: buffer[0..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        return directory == dataDirectory.resolvingSymlinksInPath().path
+    static func lockFileLines(_ file: URL) -> [Substring] {
+        ((try? String(contentsOf: file, encoding: .utf8)) ?? "").split(separator: "\n", omittingEmptySubsequences: false)
+    }
+
+    /// Whether process `pid` is the server that wrote the lock file: it started when the lock
+    /// file says the server started (line 3, seconds since the epoch; /proc/PID/stat, which any
+    /// user may read, has the process's start). A server that did not stop (killed, the machine
+    /// halted) leaves a lock file whose process id another program of the server's user may have
+    /// been given since; pg_ctl counts that program as the server (and would signal it), and a new
+    /// server refuses to start beside the lock file. Where anything cannot be read, the process is
+    /// taken to be the server.
+    func isServer(_ pid: Int) -> Bool {
+        let lines = Self.lockFileLines(lockFile)
+        guard lines.count > 2, let startedAt = Double(lines[2]),
+              let started = Self.processStart(pid) else { return true }
+        // The process starts (fork, exec) just before the server reads the clock; a second either
+        // way for the two clocks' rounding.
+        return started >= startedAt - 2 && started <= startedAt + 2
+    }
+
+    /// When process `pid` started, in seconds since the epoch: boot time (/proc/stat `btime`)
+    /// plus the start in clock ticks after boot (field 22 of /proc/PID/stat).
+    static func processStart(_ pid: Int) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")"),
+              let system = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let boot = system.split(separator: "\n").first(where: { $0.hasPrefix("btime ") }).flatMap({ Double($0.dropFirst(6)) })
+        else { return nil }
+        let fields = stat[stat.index(after: end)...].split(separator: " ")  // from field 3, the state
+        guard fields.count > 19, let ticks = Double(fields[19]) else { return nil }
+        return boot + ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// Whether the process has exited but its parent has not collected it yet (state Z in
@@ -87,9 +106,9 @@ public struct EmbeddedCluster: Sendable {
         guard socket.utf8.count <= 107 else {
             throw ClusterError("PERMAUDIT_HOME \(home.path) is too long: the server's socket path would be \(socket.utf8.count) bytes, and a Unix socket path is at most 107")
         }
-        // libpq reads a comma in a host as a list of hosts.
-        guard !socketDirectory.path.contains(",") else {
-            throw ClusterError("PERMAUDIT_HOME \(home.path) contains a comma, which a PostgreSQL connection cannot name in a socket directory")
+        // libpq reads a comma in a host as a list of hosts; a line break would end the setting.
+        guard !socketDirectory.path.unicodeScalars.contains(where: { $0 == "," || $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma or a control character, which a PostgreSQL connection cannot name in a socket directory")
         }
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
@@ -99,8 +118,11 @@ public struct EmbeddedCluster: Sendable {
                 // A killed server not yet collected by its parent: wait for it (up to 10 s).
                 let deadline = Date().addingTimeInterval(10)
                 while let pid = serverPID, Self.isZombie(pid), Date() < deadline { usleep(100_000) }
-                // A lock file naming a live process that is not the server (see isServer).
-                if let pid = serverPID, !Self.isZombie(pid), !isServer(pid) { try? FileManager.default.removeItem(at: lockFile) }
+                // Lock files naming a live process that is not the server (see isServer).
+                if let pid = serverPID, !Self.isZombie(pid), !isServer(pid) {
+                    if Self.lockFileLines(socketLockFile).first == Substring(String(pid)) { try? FileManager.default.removeItem(at: socketLockFile) }
+                    try? FileManager.default.removeItem(at: lockFile)
+                }
                 try prepareRunDirectory()
                 // The server inherits pg_ctl's descriptors: give it no pipe to hold open.
                 let result = try pgctl(["start", "-w", "-t", "60", "-D", dataDirectory.path, "-l", logFile.path], capture: false)
@@ -148,16 +170,19 @@ public struct EmbeddedCluster: Sendable {
 
     /// Creates the cluster in a staging directory that one rename makes `pgdata`: a creation
     /// that is killed half-way leaves no cluster with PostgreSQL's default settings (which
-    /// listen on TCP), only a staging directory that the next creation removes.
+    /// listen on TCP), only a staging directory that the next creation removes. A `pgdata` that
+    /// exists already (an empty directory, a mount point, a link to another disk) is created in
+    /// place; checkSettings refuses it if that is interrupted.
     private func initialise() throws {
         let fm = FileManager.default
-        let staging = home.appendingPathComponent("pgdata.creating")
-        if fm.fileExists(atPath: staging.path) { try fm.removeItem(at: staging) }
+        let inPlace = fm.fileExists(atPath: dataDirectory.path)
+        let staging = inPlace ? dataDirectory : home.appendingPathComponent("pgdata.creating")
+        if !inPlace, fm.fileExists(atPath: staging.path) { try fm.removeItem(at: staging) }
         try fm.createDirectory(at: staging, withIntermediateDirectories: true)
         try fm.setAttributes([.posixPermissions: 0o700], ofItemAtPath: staging.path)
         if runsAsRoot {
             try checkServerUserCanReach(home)
-            _ = try run("/bin/chown", ["-R", "\(Self.serverUser):", staging.path])
+            _ = try run("/bin/chown", ["-R", "-H", "\(Self.serverUser):", staging.path])  // -H: through a link given as pgdata
         }
         let initdb = try PostgresBinaries.locate().path("initdb")
         let result = try runAsServer(initdb, [
@@ -165,7 +190,8 @@ public struct EmbeddedCluster: Sendable {
         ])
         guard result.status == 0 else { throw ClusterError("initdb failed: \(result.output)") }
         // Unix socket only, in a private directory; sized for a 2-core developer machine.
-        let quotedSocketDirectory = socketDirectory.path.replacingOccurrences(of: "'", with: "''")
+        // A quoted value of postgresql.conf: backslash escapes, and '' for a quote.
+        let quotedSocketDirectory = socketDirectory.path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "''")
         let settings = """
 
             \(Self.settingsMarker)
@@ -192,20 +218,24 @@ public struct EmbeddedCluster: Sendable {
         try handle.write(contentsOf: Data(settings.utf8))
         try handle.synchronize()
         try handle.close()
-        // An empty pgdata (left by an earlier version's interrupted creation) is replaced.
-        guard rename(staging.path, dataDirectory.path) == 0 else {
-            throw ClusterError("cannot create \(dataDirectory.path) (\(String(cString: strerror(errno)))): it exists and is not a cluster; move it away")
+        guard inPlace || rename(staging.path, dataDirectory.path) == 0 else {
+            throw ClusterError("cannot rename \(staging.path) to \(dataDirectory.path): \(String(cString: strerror(errno)))")
         }
     }
 
-    /// Refuses a cluster without the embedded cluster's settings: a creation by an earlier
-    /// version that was killed between initdb and the settings left PostgreSQL's defaults.
+    /// Refuses a cluster without the embedded cluster's settings: a creation killed between
+    /// initdb and the settings (in place, or by a version before the staging directory) left
+    /// PostgreSQL's defaults, which listen on TCP.
     private func checkSettings() throws {
         let conf = dataDirectory.appendingPathComponent("postgresql.conf")
-        guard let text = try? String(contentsOf: conf, encoding: .utf8), text.contains(Self.settingsMarker) else {
+        let text: String
+        do { text = try String(contentsOf: conf, encoding: .utf8) } catch {
+            throw ClusterError("cannot read \(conf.path): \(error.localizedDescription)")
+        }
+        guard text.contains(Self.settingsMarker) else {
             throw ClusterError("""
-                \(dataDirectory.path) is not set up as the embedded cluster (its creation was interrupted, and its \
-                server would listen on TCP): stop it with 'permaudit db stop', remove the directory and start again
+                \(conf.path) lacks the embedded cluster's settings (its server would listen on TCP): \
+                stop it with 'permaudit db stop'; if its creation was interrupted, remove \(dataDirectory.path) and start again
                 """)
         }
     }

@@ -7,9 +7,17 @@ import XCTest
 /// A cluster of its own (not the suite's shared one): its creation, start and stop in states
 /// that an interrupted creation or a server that did not stop leave behind.
 final class EmbeddedClusterTests: XCTestCase {
-    /// The home's name has a quote, which the server's settings file must escape.
-    func testACreationKilledHalfWayAndAStaleLockFileNamingAnotherProcess() throws {
-        let home = URL(fileURLWithPath: "/tmp/pa-it's-\(UUID().uuidString.prefix(8))")
+    /// The home's name has a quote and a backslash, which the server's settings file must escape.
+    func testACreationKilledHalfWayAndStaleLockFilesNamingAnotherProcess() throws {
+        // A live process of the server's user (a backend of the suite's cluster) that started
+        // well before this test's server: the process id a killed server's lock files may name.
+        let otherURL = try TestDatabase.create(migrated: false)
+        defer { TestDatabase.drop(otherURL) }
+        let other = try Connection(url: otherURL)
+        let otherPID: Int = try other.query("select pg_backend_pid()").scalar()
+        Thread.sleep(forTimeInterval: 3)
+
+        let home = URL(fileURLWithPath: "/tmp/pa-it's\\-\(UUID().uuidString.prefix(8))")
         let cluster = EmbeddedCluster(home: home)
         defer {
             try? cluster.stop()
@@ -27,17 +35,19 @@ final class EmbeddedClusterTests: XCTestCase {
         XCTAssertEqual(try db.query("select count(*) from pg_hba_file_rules where type <> 'local' and auth_method <> 'reject'").scalar(Int.self), 0,
                        "no way in over TCP, even if listen_addresses is changed")
         guard case .running(let serverPID) = try cluster.status() else { return XCTFail("not running") }
+        XCTAssertTrue(cluster.isServer(serverPID))
+        XCTAssertFalse(cluster.isServer(otherPID))
 
-        // A lock file naming a live process of the server's user that is not this server (here a
-        // backend of the suite's cluster): the cluster is stopped, stop signals nobody, start
-        // starts it.
-        try cluster.stop()
-        let otherURL = try TestDatabase.create(migrated: false)
-        defer { TestDatabase.drop(otherURL) }
-        let other = try Connection(url: otherURL)
-        let otherPID: Int = try other.query("select pg_backend_pid()").scalar()
+        // The lock files of a server that did not stop, whose process id now belongs to the
+        // other process: the cluster is stopped, stop signals nobody, start starts it.
         let lockFile = cluster.dataDirectory.appendingPathComponent("postmaster.pid")
-        try "\(otherPID)\n\(cluster.dataDirectory.path)\n".write(to: lockFile, atomically: false, encoding: .utf8)
+        let socketLockFile = cluster.socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock")
+        var lines = try String(contentsOf: lockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var socketLines = try String(contentsOf: socketLockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        try cluster.stop()
+        (lines[0], socketLines[0]) = ("\(otherPID)", "\(otherPID)")
+        try lines.joined(separator: "\n").write(to: lockFile, atomically: false, encoding: .utf8)
+        try socketLines.joined(separator: "\n").write(to: socketLockFile, atomically: false, encoding: .utf8)
         XCTAssertEqual(try cluster.status(), .stopped)
         try cluster.stop()
         XCTAssertEqual(try other.query("select 1").scalar(Int.self), 1, "the other process was not signalled")
@@ -45,6 +55,24 @@ final class EmbeddedClusterTests: XCTestCase {
         guard case .running(let restartedPID) = try cluster.status() else { return XCTFail("not restarted") }
         XCTAssertNotEqual(restartedPID, serverPID)
         XCTAssertNotEqual(restartedPID, otherPID)
+    }
+
+    /// A pgdata that exists already, here a link to a directory elsewhere (another disk), is
+    /// created in place, through the link.
+    func testAPgdataLinkedElsewhereIsCreatedInPlace() throws {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("pa-\(UUID().uuidString.prefix(8))")
+        let elsewhere = base.appendingPathComponent("disk"), home = base.appendingPathComponent("home")
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: home.appendingPathComponent("pgdata"), withDestinationURL: elsewhere)
+        let cluster = EmbeddedCluster(home: home)
+        defer {
+            try? cluster.stop()
+            try? FileManager.default.removeItem(at: base)
+        }
+        XCTAssertEqual(try Connection(url: try cluster.start()).query("select 1").scalar(Int.self), 1)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: elsewhere.appendingPathComponent("PG_VERSION").path))
+        XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: home.appendingPathComponent("pgdata").path), elsewhere.path)
     }
 
     /// A cluster without the embedded cluster's settings (an earlier version's creation killed
@@ -57,16 +85,19 @@ final class EmbeddedClusterTests: XCTestCase {
         try Data("15\n".utf8).write(to: data.appendingPathComponent("PG_VERSION"))
         try Data("listen_addresses = 'localhost'\n".utf8).write(to: data.appendingPathComponent("postgresql.conf"))
         XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
-            XCTAssertTrue("\(error)".contains("is not set up as the embedded cluster"), "\(error)")
+            XCTAssertTrue("\(error)".contains("lacks the embedded cluster's settings"), "\(error)")
         }
     }
 
-    /// libpq reads a comma in a host as a list: such a home is refused before anything is created.
-    func testAHomeWithACommaIsRefused() {
-        let home = FileManager.default.temporaryDirectory.appendingPathComponent("pa,\(UUID().uuidString.prefix(8))")
-        XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
-            XCTAssertTrue("\(error)".contains("contains a comma"), "\(error)")
+    /// libpq reads a comma in a host as a list, and a line break would end the setting: such a
+    /// home is refused before anything is created.
+    func testAHomeWithACommaOrALineBreakIsRefused() {
+        for name in ["pa,\(UUID().uuidString.prefix(8))", "pa\n\(UUID().uuidString.prefix(8))"] {
+            let home = FileManager.default.temporaryDirectory.appendingPathComponent(name)
+            XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
+                XCTAssertTrue("\(error)".contains("contains a comma or a control character"), "\(error)")
+            }
+            XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
         }
-        XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
     }
 }
