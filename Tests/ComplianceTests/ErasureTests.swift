@@ -89,4 +89,17 @@ final class ErasureTests: XCTestCase {
         XCTAssertTrue(text.contains("GDPR art. 17 request 42"), "the dump holds the data")
         XCTAssertFalse(text.contains(secret))
     }
+
+    /// Install ids shorter than 6 characters are not looked for in the reason: they occur in
+    /// ordinary words and numbers. From 6 characters on they are.
+    func testAReasonIsCheckedForInstallIdsOfSixCharactersOrMore() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        try TestDatabase.append([EventFixtures.event(subject: "42"), EventFixtures.event(subject: "ab12cd")], to: db)
+        XCTAssertNotNil(try SubjectRights.erase(db, app: "com.example.app", subject: "42", reason: "GDPR request 42"))
+        XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: "ab12cd", reason: "request for AB12CD")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA021", "\(error)")
+        }
+    }
 }
