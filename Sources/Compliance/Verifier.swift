@@ -208,6 +208,10 @@ public struct Verifier {
                 ? Failure(kind: .modified, sealId: sealId, position: sealed[k].position,
                           detail: "event \(sealed[k].eventId.uuidString.lowercased()) differs from what was sealed")
                 : moved(sealed[k], to: actual[k].position, false)
+        } else if k < sealed.count && k < actual.count && sealed[k].position == actual[k].position
+                    && now[sealed[k].eventId] == nil && !sealedIds.contains(actual[k].eventId) {
+            failure = Failure(kind: .modified, sealId: sealId, position: sealed[k].position,
+                              detail: "the event at position \(sealed[k].position) has another id than the one sealed")
         } else if k < sealed.count && now[sealed[k].eventId] == nil {
             if let elsewhere = try position(sealed[k].eventId) {
                 failure = moved(sealed[k], to: elsewhere, true)

@@ -29,14 +29,17 @@ enum SVGChart {
     }
 
     /// A chart's labels, each shortened, and kept apart: labels that would read the same once cut
-    /// show, after their first characters, the part where they differ instead of their end.
+    /// show, after their first characters, the part where they differ instead of their end; any
+    /// still alike after that are numbered (#1, #2...).
     static func shorten(_ texts: [String], _ limit: Int = 40) -> [String] {
         var short = texts.map { shorten($0, limit) }
+        func clashes() -> [[Int]] {
+            Dictionary(grouping: texts.indices, by: { short[$0] }).values.filter { group in Set(group.map { texts[$0] }).count > 1 }
+        }
         for _ in 0..<4 {  // a group split by its first difference may still share a later cut
-            let clashes = Dictionary(grouping: texts.indices, by: { short[$0] }).values
-                .filter { group in Set(group.map { texts[$0] }).count > 1 }
-            if clashes.isEmpty { break }
-            for group in clashes {
+            let groups = clashes()
+            if groups.isEmpty { break }
+            for group in groups {
                 let characters = group.map { Array(texts[$0]) }
                 let common = (0...).first { i in characters.contains { i >= $0.count } || Set(characters.map { $0[i] }).count > 1 }!
                 let head = limit / 4, window = limit - head - 2
@@ -45,6 +48,12 @@ enum SVGChart {
                     let end = min(start + window, text.count)
                     short[index] = String(text[..<head]) + "…" + String(text[start..<end]) + (end < text.count ? "…" : "")
                 }
+            }
+        }
+        for group in clashes() {
+            for (n, index) in group.enumerated() {
+                let number = " #\(n + 1)"
+                short[index] = String(short[index].prefix(limit - number.count)) + number
             }
         }
         return short

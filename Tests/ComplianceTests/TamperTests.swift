@@ -37,6 +37,7 @@ final class TamperTests: XCTestCase {
             ("modify a payload", "update audit.events set payload = jsonb_set(payload, '{appVersion}', '\"9.9.9\"') where position = 142",
              .modified, 142),
             ("modify a hot column", "update audit.events set os_major = os_major + 1 where position = 57", .modified, 57),
+            ("give an event another id", "update audit.events set event_id = gen_random_uuid() where position = 142", .modified, 142),
             ("delete a row", "delete from audit.events where position = 230", .deleted, 230),
             ("insert a forged row", """
                 insert into audit.events overriding system value

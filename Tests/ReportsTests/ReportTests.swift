@@ -176,8 +176,16 @@ final class ReportTests: XCTestCase {
             EventFixtures.event(type: "permission.denied", occurredAt: "2026-10-03T09:15:29.000Z", attempt: attempt),
         ])
         let behind = try Report.build(db, filters: StatsQuery())
-        XCTAssertTrue(behind.notes[0].hasPrefix("2 events in the log are not projected yet"), behind.notes[0])
+        XCTAssertTrue(behind.notes[0].hasPrefix("2 events in the log (all apps and days) are not projected yet"), behind.notes[0])
         XCTAssertEqual(behind.overview.events, 0)
+        // A role that may not read the projector's lag (the auditor) gets no such note, and its
+        // transaction is not ended by a refusal.
+        try db.transaction {
+            try db.execute("set local role permaudit_auditor")
+            let auditor = try Report.build(db, filters: StatsQuery())
+            XCTAssertFalse(auditor.notes.contains { $0.contains("not projected yet") }, auditor.notes.joined(separator: "\n"))
+            XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
+        }
         try Projector(connection: db).catchUp()
         let caughtUp = try Report.build(db, filters: StatsQuery())
         XCTAssertFalse(caughtUp.notes.contains { $0.contains("not projected yet") }, caughtUp.notes.joined(separator: "\n"))
