@@ -1,5 +1,6 @@
 import Compliance
 import Crypto
+import Projections
 import Foundation
 import Postgres
 import TestSupport
@@ -30,6 +31,42 @@ final class TamperTests: XCTestCase {
         result = try sealed.verify(150...160)
         XCTAssertTrue(result.intact)
         XCTAssertEqual(result.eventsChecked, 100)
+    }
+
+    /// analytics.compliance_status counts the unsealed events from the seals' and the projector's
+    /// counts (044): the same number as counting the events after the last seal, whichever of the
+    /// two is ahead, for the analyst and the auditor.
+    func testUnsealedEventsWhicheverOfSealsAndProjectorIsAhead() throws {
+        let sealed = try SealedDatabase(events: 300, perSeal: 100)
+        defer { sealed.drop() }
+        let db = sealed.db
+        var random = RandomEvents(seed: 9)
+        func check(_ label: String) throws {
+            let counted: Int = try db.query("""
+                select count(*)::int from audit.events e
+                 where (e.transaction_id, e.position) > coalesce((select (s.to_transaction_id, s.to_position) from audit.seals s
+                                                                   order by s.seal_id desc limit 1), ('0'::xid8, 0::bigint))
+                """).scalar()
+            for role in ["permaudit_analyst", "permaudit_auditor"] {
+                try db.execute("set role \(role)")
+                defer { try? db.execute("reset role") }
+                XCTAssertEqual(try db.query("select unsealed_events::int from analytics.compliance_status").scalar(Int.self), counted, "\(label), \(role)")
+            }
+        }
+        try check("sealed, the projector never ran")  // the last seal past the checkpoint: 0
+        try TestDatabase.append(random.events(attempts: 40, subjects: 10), to: db)
+        try check("sealed, then more events, the projector never ran")
+        try Projector(connection: db).catchUp()
+        try check("the projector past the last seal")
+        try TestDatabase.append(random.events(attempts: 30, subjects: 10), to: db)
+        try check("the projector past the last seal, and events it has not reached")
+        try Sealer(key: sealed.key).seal(db)
+        try check("the last seal past the checkpoint")
+        try Projector(connection: db).rebuild()
+        try check("after a rebuild")
+        try TestDatabase.append(random.events(attempts: 30, subjects: 10), to: db)
+        try Projector(connection: db).catchUp()
+        try check("after a rebuild and more events")
     }
 
     func testEveryTamperingIsDetectedAtItsFirstPosition() throws {
