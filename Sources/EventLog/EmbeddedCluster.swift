@@ -61,18 +61,24 @@ public struct EmbeddedCluster: Sendable {
 
     /// Whether process `pid` is the server that wrote the lock file: it started when the lock
     /// file says the server started (line 3, seconds since the epoch; /proc/PID/stat, which any
-    /// user may read, has the process's start). A server that did not stop (killed, the machine
-    /// halted) leaves a lock file whose process id another program of the server's user may have
-    /// been given since; pg_ctl counts that program as the server (and would signal it), and a new
-    /// server refuses to start beside the lock file. Where anything cannot be read, the process is
-    /// taken to be the server.
+    /// user may read, has the process's start), or its command line names the data directory
+    /// (`postgres -D DIR`; a clock stepped since the server started moves the one time and not the
+    /// other). A server that did not stop (killed, the machine halted) leaves a lock file whose
+    /// process id another program of the server's user may have been given since; pg_ctl counts
+    /// that program as the server (and would signal it), and a new server refuses to start beside
+    /// the lock file. Where anything cannot be read, the process is taken to be the server: a live
+    /// server's lock file is never taken for stale.
     func isServer(_ pid: Int) -> Bool {
         let lines = Self.lockFileLines(lockFile)
         guard lines.count > 2, let startedAt = Double(lines[2]),
               let started = Self.processStart(pid) else { return true }
         // The process starts (fork, exec) just before the server reads the clock; a second either
         // way for the two clocks' rounding.
-        return started >= startedAt - 2 && started <= startedAt + 2
+        if abs(started - startedAt) <= 2 { return true }
+        guard let data = FileHandle(forReadingAtPath: "/proc/\(pid)/cmdline")?.readDataToEndOfFile() else { return true }
+        let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+        guard let flag = arguments.firstIndex(of: "-D"), flag + 1 < arguments.count else { return false }
+        return URL(fileURLWithPath: arguments[flag + 1]).resolvingSymlinksInPath().path == dataDirectory.resolvingSymlinksInPath().path
     }
 
     /// When process `pid` started, in seconds since the epoch: boot time (/proc/stat `btime`)

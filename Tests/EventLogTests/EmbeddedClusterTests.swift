@@ -37,10 +37,18 @@ final class EmbeddedClusterTests: XCTestCase {
         guard case .running(let serverPID) = try cluster.status() else { return XCTFail("not running") }
         XCTAssertTrue(cluster.isServer(serverPID))
         XCTAssertFalse(cluster.isServer(otherPID))
+        // The wall clock stepped since the server started: its command line still names it.
+        let lockFile = cluster.dataDirectory.appendingPathComponent("postmaster.pid")
+        let original = try String(contentsOf: lockFile, encoding: .utf8)
+        var stepped = original.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        stepped[2] = String(Int(stepped[2])! - 3600)
+        try stepped.joined(separator: "\n").write(to: lockFile, atomically: false, encoding: .utf8)
+        XCTAssertTrue(cluster.isServer(serverPID), "a clock step")
+        XCTAssertFalse(cluster.isServer(otherPID))
+        try original.write(to: lockFile, atomically: false, encoding: .utf8)
 
         // The lock files of a server that did not stop, whose process id now belongs to the
         // other process: the cluster is stopped, stop signals nobody, start starts it.
-        let lockFile = cluster.dataDirectory.appendingPathComponent("postmaster.pid")
         let socketLockFile = cluster.socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock")
         var lines = try String(contentsOf: lockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         var socketLines = try String(contentsOf: socketLockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
