@@ -187,10 +187,10 @@ public struct Verifier {
     }
 
     /// How many sealed events are intact, and the first difference between what was sealed and
-    /// what the log holds now, with its kind. `position(of:)` finds an event that is missing from
-    /// the seal's range elsewhere in the log (moved, not deleted).
+    /// what the log holds now, with its kind. `locate` gives the position of an event that is
+    /// missing from the seal's range, if it is elsewhere in the log (moved, not deleted).
     static func compare(sealed: [SealedLeaf], actual: [SealedLeaf], sealId: Int64,
-                        position: (UUID) throws -> Int64?) rethrows -> (Int, Failure?) {
+                        locate: (UUID) throws -> Int64?) rethrows -> (Int, Failure?) {
         let now = Dictionary(actual.map { ($0.eventId, $0) }, uniquingKeysWith: { first, _ in first })
         let valid = sealed.filter { now[$0.eventId] == $0 }.count
         guard sealed != actual else { return (valid, nil) }
@@ -213,7 +213,7 @@ public struct Verifier {
             failure = Failure(kind: .modified, sealId: sealId, position: sealed[k].position,
                               detail: "the event at position \(sealed[k].position) has another id than the one sealed")
         } else if k < sealed.count && now[sealed[k].eventId] == nil {
-            if let elsewhere = try position(sealed[k].eventId) {
+            if let elsewhere = try locate(sealed[k].eventId) {
                 failure = moved(sealed[k], to: elsewhere, true)
             } else {
                 failure = Failure(kind: .deleted, sealId: sealId, position: sealed[k].position,
