@@ -42,33 +42,32 @@ public struct EmbeddedCluster: Sendable {
             return .notCreated
         }
         let result = try pgctl(["status", "-D", dataDirectory.path])
-        if result.status == 0, let pid = serverPID, !Self.isZombie(pid), isServer(pid) {
+        if result.status == 0, let pid = Self.lockFilePID(lockFile), !Self.isZombie(pid), isServer(pid, lockFile: lockFile) || socketAnswers() {
             return .running(pid: pid)
         }
         return .stopped
     }
 
-    /// The server's process id from its lock file.
-    private var serverPID: Int? { Self.lockFileLines(lockFile).first.flatMap { Int($0) } }
-
     private var lockFile: URL { dataDirectory.appendingPathComponent("postmaster.pid") }
-    /// The socket's lock file, which names the server too (PID on its first line).
+    /// The socket's lock file, which names the server too (the same lines as postmaster.pid).
     private var socketLockFile: URL { socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock") }
 
     static func lockFileLines(_ file: URL) -> [Substring] {
         ((try? String(contentsOf: file, encoding: .utf8)) ?? "").split(separator: "\n", omittingEmptySubsequences: false)
     }
 
-    /// Whether process `pid` is the server that wrote the lock file: it started when the lock
-    /// file says the server started (line 3, seconds since the epoch; /proc/PID/stat, which any
-    /// user may read, has the process's start), or its command line names the data directory
-    /// (`postgres -D DIR`; a clock stepped since the server started moves the one time and not the
-    /// other). A server that did not stop (killed, the machine halted) leaves a lock file whose
-    /// process id another program of the server's user may have been given since; pg_ctl counts
-    /// that program as the server (and would signal it), and a new server refuses to start beside
-    /// the lock file. Where anything cannot be read, the process is taken to be the server: a live
-    /// server's lock file is never taken for stale.
-    func isServer(_ pid: Int) -> Bool {
+    /// The process id on a lock file's first line.
+    static func lockFilePID(_ file: URL) -> Int? { lockFileLines(file).first.flatMap { Int($0) } }
+
+    /// Whether process `pid` is the server that wrote `lockFile`: it started when the lock file
+    /// says the server started (line 3, seconds since the epoch; /proc/PID/stat, which any user
+    /// may read, has the process's start), or it is `postgres -D` this data directory (a clock
+    /// stepped since the server started moves the one time and not the other). A server that did
+    /// not stop (killed, the machine halted) leaves lock files whose process id another program
+    /// of the server's user may have been given since; pg_ctl counts that program as the server
+    /// (and would signal it), and a new server refuses to start beside them. Where anything
+    /// cannot be read, the process is taken to be the server.
+    func isServer(_ pid: Int, lockFile: URL) -> Bool {
         let lines = Self.lockFileLines(lockFile)
         guard lines.count > 2, let startedAt = Double(lines[2]),
               let started = Self.processStart(pid) else { return true }
@@ -77,8 +76,37 @@ public struct EmbeddedCluster: Sendable {
         if abs(started - startedAt) <= 2 { return true }
         guard let data = FileHandle(forReadingAtPath: "/proc/\(pid)/cmdline")?.readDataToEndOfFile() else { return true }
         let arguments = data.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
-        guard let flag = arguments.firstIndex(of: "-D"), flag + 1 < arguments.count else { return false }
+        guard let program = arguments.first, ["postgres", "postmaster"].contains((program as NSString).lastPathComponent),
+              let flag = arguments.firstIndex(of: "-D"), flag + 1 < arguments.count else { return false }
         return URL(fileURLWithPath: arguments[flag + 1]).resolvingSymlinksInPath().path == dataDirectory.resolvingSymlinksInPath().path
+    }
+
+    /// Whether a server accepts connections on the cluster's socket (in its private directory: this
+    /// cluster's server, whatever its lock files say).
+    func socketAnswers() -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let path = Array(socketDirectory.appendingPathComponent(".s.PGSQL.5432").path.utf8CString)
+        guard path.count <= MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: path.map { UInt8(bitPattern: $0) }) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0 }
+        }
+    }
+
+    /// Removes the lock files that name a live process which is not the server (see isServer),
+    /// unless a server answers on the socket. A dead process's lock file the server replaces
+    /// itself.
+    private func removeStaleLockFiles() {
+        guard !socketAnswers() else { return }
+        for file in [lockFile, socketLockFile] {
+            if let pid = Self.lockFilePID(file), kill(pid_t(pid), 0) == 0 || errno == EPERM, !Self.isZombie(pid), !isServer(pid, lockFile: file) {
+                try? FileManager.default.removeItem(at: file)
+            }
+        }
     }
 
     /// When process `pid` started, in seconds since the epoch: boot time (/proc/stat `btime`)
@@ -112,9 +140,10 @@ public struct EmbeddedCluster: Sendable {
         guard socket.utf8.count <= 107 else {
             throw ClusterError("PERMAUDIT_HOME \(home.path) is too long: the server's socket path would be \(socket.utf8.count) bytes, and a Unix socket path is at most 107")
         }
-        // libpq reads a comma in a host as a list of hosts; a line break would end the setting.
-        guard !socketDirectory.path.unicodeScalars.contains(where: { $0 == "," || $0.value < 0x20 || $0.value == 0x7F }) else {
-            throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma or a control character, which a PostgreSQL connection cannot name in a socket directory")
+        // libpq reads a comma in a host as a list of hosts; a line break would end the setting;
+        // pg_ctl runs the server through sh -c with the paths in double quotes.
+        guard !socketDirectory.path.unicodeScalars.contains(where: { ",\"$`".unicodeScalars.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma, a double quote, $, ` or a control character, which the PostgreSQL tools cannot take in its paths")
         }
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
@@ -123,12 +152,8 @@ public struct EmbeddedCluster: Sendable {
             if case .running = try status() {} else {
                 // A killed server not yet collected by its parent: wait for it (up to 10 s).
                 let deadline = Date().addingTimeInterval(10)
-                while let pid = serverPID, Self.isZombie(pid), Date() < deadline { usleep(100_000) }
-                // Lock files naming a live process that is not the server (see isServer).
-                if let pid = serverPID, !Self.isZombie(pid), !isServer(pid) {
-                    if Self.lockFileLines(socketLockFile).first == Substring(String(pid)) { try? FileManager.default.removeItem(at: socketLockFile) }
-                    try? FileManager.default.removeItem(at: lockFile)
-                }
+                while let pid = Self.lockFilePID(lockFile), Self.isZombie(pid), Date() < deadline { usleep(100_000) }
+                removeStaleLockFiles()
                 try prepareRunDirectory()
                 // The server inherits pg_ctl's descriptors: give it no pipe to hold open.
                 let result = try pgctl(["start", "-w", "-t", "60", "-D", dataDirectory.path, "-l", logFile.path], capture: false)
@@ -181,6 +206,9 @@ public struct EmbeddedCluster: Sendable {
     /// place; checkSettings refuses it if that is interrupted.
     private func initialise() throws {
         let fm = FileManager.default
+        if let target = try? fm.destinationOfSymbolicLink(atPath: dataDirectory.path), !fm.fileExists(atPath: dataDirectory.path) {
+            throw ClusterError("\(dataDirectory.path) is a link to \(target), which does not exist")
+        }
         let inPlace = fm.fileExists(atPath: dataDirectory.path)
         let staging = inPlace ? dataDirectory : home.appendingPathComponent("pgdata.creating")
         if !inPlace, fm.fileExists(atPath: staging.path) { try fm.removeItem(at: staging) }

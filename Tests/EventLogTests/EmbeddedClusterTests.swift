@@ -35,34 +35,44 @@ final class EmbeddedClusterTests: XCTestCase {
         XCTAssertEqual(try db.query("select count(*) from pg_hba_file_rules where type <> 'local' and auth_method <> 'reject'").scalar(Int.self), 0,
                        "no way in over TCP, even if listen_addresses is changed")
         guard case .running(let serverPID) = try cluster.status() else { return XCTFail("not running") }
-        XCTAssertTrue(cluster.isServer(serverPID))
-        XCTAssertFalse(cluster.isServer(otherPID))
-        // The wall clock stepped since the server started: its command line still names it.
         let lockFile = cluster.dataDirectory.appendingPathComponent("postmaster.pid")
+        let socketLockFile = cluster.socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock")
+        XCTAssertTrue(cluster.isServer(serverPID, lockFile: lockFile))
+        XCTAssertFalse(cluster.isServer(otherPID, lockFile: lockFile))
+        XCTAssertTrue(cluster.socketAnswers())
+        // The wall clock stepped since the server started: its command line still names it.
         let original = try String(contentsOf: lockFile, encoding: .utf8)
         var stepped = original.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         stepped[2] = String(Int(stepped[2])! - 3600)
         try stepped.joined(separator: "\n").write(to: lockFile, atomically: false, encoding: .utf8)
-        XCTAssertTrue(cluster.isServer(serverPID), "a clock step")
-        XCTAssertFalse(cluster.isServer(otherPID))
+        XCTAssertTrue(cluster.isServer(serverPID, lockFile: lockFile), "a clock step")
+        XCTAssertFalse(cluster.isServer(otherPID, lockFile: lockFile))
         try original.write(to: lockFile, atomically: false, encoding: .utf8)
 
         // The lock files of a server that did not stop, whose process id now belongs to the
-        // other process: the cluster is stopped, stop signals nobody, start starts it.
-        let socketLockFile = cluster.socketDirectory.appendingPathComponent(".s.PGSQL.5432.lock")
-        var lines = try String(contentsOf: lockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        var socketLines = try String(contentsOf: socketLockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        try cluster.stop()
-        (lines[0], socketLines[0]) = ("\(otherPID)", "\(otherPID)")
-        try lines.joined(separator: "\n").write(to: lockFile, atomically: false, encoding: .utf8)
-        try socketLines.joined(separator: "\n").write(to: socketLockFile, atomically: false, encoding: .utf8)
-        XCTAssertEqual(try cluster.status(), .stopped)
-        try cluster.stop()
-        XCTAssertEqual(try other.query("select 1").scalar(Int.self), 1, "the other process was not signalled")
-        try cluster.start()
-        guard case .running(let restartedPID) = try cluster.status() else { return XCTFail("not restarted") }
-        XCTAssertNotEqual(restartedPID, serverPID)
-        XCTAssertNotEqual(restartedPID, otherPID)
+        // other process: the cluster is stopped, stop signals nobody, start starts it. Then the
+        // socket's lock file alone (postmaster.pid gone): start starts it too.
+        let lines = try String(contentsOf: lockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        let socketLines = try String(contentsOf: socketLockFile, encoding: .utf8).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        func leaveStaleLockFiles(_ files: [(URL, [String])]) throws {
+            try cluster.stop()
+            XCTAssertFalse(cluster.socketAnswers())
+            for (file, lines) in files {
+                try (["\(otherPID)"] + lines.dropFirst()).joined(separator: "\n").write(to: file, atomically: false, encoding: .utf8)
+            }
+        }
+        var previousPID = serverPID
+        for files in [[(lockFile, lines), (socketLockFile, socketLines)], [(socketLockFile, socketLines)]] {
+            try leaveStaleLockFiles(files)
+            XCTAssertEqual(try cluster.status(), .stopped)
+            try cluster.stop()
+            XCTAssertEqual(try other.query("select 1").scalar(Int.self), 1, "the other process was not signalled")
+            try cluster.start()
+            guard case .running(let restartedPID) = try cluster.status() else { return XCTFail("not restarted") }
+            XCTAssertNotEqual(restartedPID, previousPID)
+            XCTAssertNotEqual(restartedPID, otherPID)
+            previousPID = restartedPID
+        }
     }
 
     /// A pgdata that exists already, here a link to a directory elsewhere (another disk), is
@@ -81,6 +91,14 @@ final class EmbeddedClusterTests: XCTestCase {
         XCTAssertEqual(try Connection(url: try cluster.start()).query("select 1").scalar(Int.self), 1)
         XCTAssertTrue(FileManager.default.fileExists(atPath: elsewhere.appendingPathComponent("PG_VERSION").path))
         XCTAssertEqual(try FileManager.default.destinationOfSymbolicLink(atPath: home.appendingPathComponent("pgdata").path), elsewhere.path)
+
+        // A link to nothing is named as such.
+        let dangling = base.appendingPathComponent("dangling")
+        try FileManager.default.createDirectory(at: dangling, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: dangling.appendingPathComponent("pgdata"), withDestinationURL: base.appendingPathComponent("gone"))
+        XCTAssertThrowsError(try EmbeddedCluster(home: dangling).start()) { error in
+            XCTAssertTrue("\(error)".contains("is a link to \(base.appendingPathComponent("gone").path), which does not exist"), "\(error)")
+        }
     }
 
     /// A cluster without the embedded cluster's settings (an earlier version's creation killed
@@ -97,13 +115,14 @@ final class EmbeddedClusterTests: XCTestCase {
         }
     }
 
-    /// libpq reads a comma in a host as a list, and a line break would end the setting: such a
-    /// home is refused before anything is created.
-    func testAHomeWithACommaOrALineBreakIsRefused() {
-        for name in ["pa,\(UUID().uuidString.prefix(8))", "pa\n\(UUID().uuidString.prefix(8))"] {
-            let home = FileManager.default.temporaryDirectory.appendingPathComponent(name)
+    /// libpq reads a comma in a host as a list, a line break would end the setting, and pg_ctl
+    /// runs the server through sh -c with the paths in double quotes: such a home is refused
+    /// before anything is created.
+    func testAHomeWithCharactersThePostgreSQLToolsCannotTakeIsRefused() {
+        for character in [",", "\n", "\"", "$", "`"] {
+            let home = FileManager.default.temporaryDirectory.appendingPathComponent("pa\(character)\(UUID().uuidString.prefix(8))")
             XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
-                XCTAssertTrue("\(error)".contains("contains a comma or a control character"), "\(error)")
+                XCTAssertTrue("\(error)".contains("contains a comma, a double quote, $, ` or a control character"), "\(error)")
             }
             XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
         }
