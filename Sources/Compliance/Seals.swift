@@ -78,8 +78,17 @@ public struct Sealer {
         return try db.transaction {
             try db.query("select pg_advisory_xact_lock(hashtext('permaudit.seal'))")
             let head = try db.query("""
-                select seal_id, to_transaction_id::text, to_position, encode(seal_hash, 'hex') from audit.seals order by seal_id desc limit 1
-                """).decode((Int64, UInt64, Int64, String).self).first
+                select seal_id, to_transaction_id::text, to_position, encode(seal_hash, 'hex'), key_fingerprint
+                  from audit.seals order by seal_id desc limit 1
+                """).decode((Int64, UInt64, Int64, String, String).self).first
+            // verify checks the whole chain against one public key: a seal signed by another key
+            // would make it report tampering at every later seal.
+            if let head, head.4 != fingerprint {
+                throw ComplianceError("""
+                    seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key \
+                    (\(fingerprint.prefix(16))...): seal with the key that signed the chain (restore it from its backup)
+                    """)
+            }
             let after = head.map { LogPoint(transactionId: $0.1, position: $0.2) } ?? .start
             // The end: the last of the next events below the oldest running transaction (all
             // committed; no later commit can fall before it).

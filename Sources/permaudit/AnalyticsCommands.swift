@@ -125,10 +125,16 @@ enum ProjectCommand: Command {
                     try projector.follow(pollInterval: poll, shouldStop: stop.requested, onBatch: { progress in
                         printError(report(progress, timed: false))
                     }, afterCatchUp: {
-                        guard let sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
+                        guard let current = sealer, Date().timeIntervalSince(lastSeal) >= sealEvery else { return }
                         lastSeal = Date()
-                        for seal in try sealer.seal(projector.connection) {
-                            printError("sealed \(seal.eventCount) events as seal \(seal.id), seal hash \(Hex.encode(seal.sealHash))")
+                        do {
+                            for seal in try current.seal(projector.connection) {
+                                printError("sealed \(seal.eventCount) events as seal \(seal.id), seal hash \(Hex.encode(seal.sealHash))")
+                            }
+                        } catch let error as ComplianceError {
+                            // Not this key's chain: projecting goes on, sealing stops until restarted.
+                            printError("not sealing any more: \(error)")
+                            sealer = nil
                         }
                     })
                 } catch let error as PostgresError where !projector.connection.isOpen {

@@ -183,5 +183,37 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(process.terminationStatus, 0)
         XCTAssertEqual(sealed, 3, "the follower sealed the first events and then the new one")
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0)
+
+        // Another key (a new keygen after the key was lost) may not extend the chain: the
+        // follower says so, stops sealing and goes on projecting.
+        let keys = home.appendingPathComponent("keys")
+        try FileManager.default.removeItem(at: keys)
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        try TestDatabase.append([EventFixtures.event(subject: "follow-d")], to: db)
+        let stderr = Pipe()
+        let second = Process()
+        second.executableURL = CLITests.binary
+        second.arguments = ["project", "--follow", "--seal-every", "1", "--poll", "1"]
+        second.environment = process.environment
+        second.standardOutput = FileHandle.nullDevice
+        second.standardError = stderr
+        try second.run()
+        var projected = 0
+        for _ in 0..<50 where projected < 4 {
+            Thread.sleep(forTimeInterval: 0.2)
+            projected = try db.query("select events_projected::int from projection.checkpoint where name = 'analytics'").scalar()
+        }
+        try TestDatabase.append([EventFixtures.event(subject: "follow-e")], to: db)
+        for _ in 0..<50 where projected < 5 {
+            Thread.sleep(forTimeInterval: 0.2)
+            projected = try db.query("select events_projected::int from projection.checkpoint where name = 'analytics'").scalar()
+        }
+        second.terminate()
+        second.waitUntilExit()
+        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertEqual(second.terminationStatus, 0, log)
+        XCTAssertEqual(projected, 5, "projecting went on")
+        XCTAssertTrue(log.contains("not sealing any more: seal 2, the last of the chain, was signed by key"), log)
+        XCTAssertEqual(try db.query("select count(*)::int from audit.seals").scalar(Int.self), 2)
     }
 }

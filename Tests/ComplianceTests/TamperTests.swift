@@ -69,6 +69,22 @@ final class TamperTests: XCTestCase {
         try check("after a rebuild and more events")
     }
 
+    /// verify checks the chain against one public key: another key (a lost key volume, a new
+    /// keygen) may not extend it, or every later seal would read as tampered.
+    func testSealingWithAnotherKeyIsRefused() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        var random = RandomEvents(seed: 5)
+        try TestDatabase.append(random.events(attempts: 10, subjects: 5), to: sealed.db)
+        let other = try SigningKey.generate()
+        XCTAssertThrowsError(try Sealer(key: other).seal(sealed.db)) { error in
+            XCTAssertTrue("\(error)".contains("seal 2, the last of the chain, was signed by key"), "\(error)")
+        }
+        XCTAssertEqual(try sealed.db.query("select count(*)::int from audit.seals").scalar(Int.self), 2)
+        XCTAssertEqual(try Sealer(key: sealed.key).seal(sealed.db).count, 1, "the chain's own key goes on")
+        XCTAssertTrue(try sealed.verify().intact)
+    }
+
     func testEveryTamperingIsDetectedAtItsFirstPosition() throws {
         let cases: [(String, String, Verifier.Failure.Kind, Int64?)] = [
             ("modify a payload", "update audit.events set payload = jsonb_set(payload, '{appVersion}', '\"9.9.9\"') where position = 142",
