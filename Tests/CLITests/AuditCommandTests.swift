@@ -159,60 +159,53 @@ final class AuditCommandTests: XCTestCase {
 
     func testFollowSealsPeriodically() throws {
         XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
-        try TestDatabase.append([EventFixtures.event(subject: "follow-a"), EventFixtures.event(subject: "follow-b")], to: try Connection(url: url))
-        let process = Process()
-        process.executableURL = CLITests.binary
-        process.arguments = ["project", "--follow", "--seal-every", "1", "--poll", "1"]
-        process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url, "PERMAUDIT_HOME": home.path]) { $1 }
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
         let db = try Connection(url: url)
-        var sealed = 0
-        for _ in 0..<50 where sealed < 2 {
-            Thread.sleep(forTimeInterval: 0.2)
-            sealed = try db.query("select coalesce(sum(event_count), 0)::bigint from audit.seals").scalar()
+        try TestDatabase.append([EventFixtures.event(subject: "follow-a"), EventFixtures.event(subject: "follow-b")], to: db)
+        /// `project --follow --seal-every 1`, its standard error in the pipe.
+        func follow() throws -> (Process, Pipe) {
+            let (process, stderr) = (Process(), Pipe())
+            process.executableURL = CLITests.binary
+            process.arguments = ["project", "--follow", "--seal-every", "1", "--poll", "1"]
+            process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url, "PERMAUDIT_HOME": home.path]) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = stderr
+            try process.run()
+            return (process, stderr)
         }
+        /// The value of `query` once it reaches `target` (or after 10 s).
+        func wait(_ query: String, reaches target: Int) throws -> Int {
+            var value = 0
+            for _ in 0..<50 where value < target {
+                Thread.sleep(forTimeInterval: 0.2)
+                value = try db.query(query).scalar()
+            }
+            return value
+        }
+        func stop(_ follower: (Process, Pipe)) -> (Int32, String) {
+            follower.0.terminate()
+            follower.0.waitUntilExit()
+            return (follower.0.terminationStatus, String(decoding: follower.1.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        }
+        let sealedEvents = "select coalesce(sum(event_count), 0)::int from audit.seals"
+        let first = try follow()
+        XCTAssertEqual(try wait(sealedEvents, reaches: 2), 2)
         try TestDatabase.append([EventFixtures.event(subject: "follow-c")], to: db)
-        for _ in 0..<50 where sealed < 3 {
-            Thread.sleep(forTimeInterval: 0.2)
-            sealed = try db.query("select coalesce(sum(event_count), 0)::bigint from audit.seals").scalar()
-        }
-        process.terminate()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-        XCTAssertEqual(sealed, 3, "the follower sealed the first events and then the new one")
+        XCTAssertEqual(try wait(sealedEvents, reaches: 3), 3, "the follower sealed the first events and then the new one")
+        XCTAssertEqual(stop(first).0, 0)
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0)
 
         // Another key (a new keygen after the key was lost) may not extend the chain: the
         // follower says so, stops sealing and goes on projecting.
-        let keys = home.appendingPathComponent("keys")
-        try FileManager.default.removeItem(at: keys)
+        try FileManager.default.removeItem(at: home.appendingPathComponent("keys"))
         XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
         try TestDatabase.append([EventFixtures.event(subject: "follow-d")], to: db)
-        let stderr = Pipe()
-        let second = Process()
-        second.executableURL = CLITests.binary
-        second.arguments = ["project", "--follow", "--seal-every", "1", "--poll", "1"]
-        second.environment = process.environment
-        second.standardOutput = FileHandle.nullDevice
-        second.standardError = stderr
-        try second.run()
-        var projected = 0
-        for _ in 0..<50 where projected < 4 {
-            Thread.sleep(forTimeInterval: 0.2)
-            projected = try db.query("select events_projected::int from projection.checkpoint where name = 'analytics'").scalar()
-        }
+        let second = try follow()
+        let projected = "select events_projected::int from projection.checkpoint where name = 'analytics'"
+        XCTAssertEqual(try wait(projected, reaches: 4), 4)
         try TestDatabase.append([EventFixtures.event(subject: "follow-e")], to: db)
-        for _ in 0..<50 where projected < 5 {
-            Thread.sleep(forTimeInterval: 0.2)
-            projected = try db.query("select events_projected::int from projection.checkpoint where name = 'analytics'").scalar()
-        }
-        second.terminate()
-        second.waitUntilExit()
-        let log = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        XCTAssertEqual(second.terminationStatus, 0, log)
-        XCTAssertEqual(projected, 5, "projecting went on")
+        XCTAssertEqual(try wait(projected, reaches: 5), 5, "projecting went on")
+        let (status, log) = stop(second)
+        XCTAssertEqual(status, 0, log)
         XCTAssertTrue(log.contains("not sealing any more: seal 2, the last of the chain, was signed by key"), log)
         XCTAssertEqual(try db.query("select count(*)::int from audit.seals").scalar(Int.self), 2)
     }
