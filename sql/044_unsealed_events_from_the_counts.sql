@@ -12,9 +12,11 @@
 -- and only the events past the checkpoint are counted one by one (projection.unprojected_events(),
 -- what analytics.projector_lag counts: few where the projector keeps up). Where the last seal is
 -- past the checkpoint (sealed while the projector was behind), the events past the seal are
--- fewer than those past the checkpoint, and are counted as before. A chain that was tampered
--- with (a seal deleted) can make the difference wrong; it is never below 0, and verify names the
--- tampering. The columns, their names and order stay. The count is a function (security
+-- fewer than those past the checkpoint, and are counted as before, as they are where the counts
+-- cannot both be right (more events sealed than projected up to a later point). Tampering that
+-- keeps the counts plausible (a seal deleted, its count inflated, events deleted by a superuser)
+-- makes the difference wrong; verify names such tampering of the seals and of sealed events, not
+-- the deletion of events no seal covers yet. The columns, their names and order stay. The count is a function (security
 -- definer, as the view's readers, the analyst and the auditor, may not read the log or the
 -- checkpoint; its probes planned on the committed-order index even where the log's statistics
 -- call it empty, 040, and without JIT, which that setting would otherwise start).
@@ -34,9 +36,9 @@ begin
     select s.to_transaction_id as t, s.to_position as p into seal_end from audit.seals s order by s.seal_id desc limit 1;
     select c.transaction_id as t, c.position as p, c.events_projected as n into cp
       from projection.checkpoint c where c.name = 'analytics';
-    if cp.t is not null and (cp.t, cp.p) >= (coalesce(seal_end.t, '0'::xid8), coalesce(seal_end.p, 0)) then
-        return greatest(0, cp.n - sealed
-                           + (select count(*) from audit.events e where (e.transaction_id, e.position) > (cp.t, cp.p)));
+    if cp.t is not null and (cp.t, cp.p) >= (coalesce(seal_end.t, '0'::xid8), coalesce(seal_end.p, 0))
+       and cp.n >= sealed then
+        return cp.n - sealed + (select count(*) from audit.events e where (e.transaction_id, e.position) > (cp.t, cp.p));
     end if;
     return (select count(*) from audit.events e
              where (e.transaction_id, e.position) > (coalesce(seal_end.t, '0'::xid8), coalesce(seal_end.p, 0)));
