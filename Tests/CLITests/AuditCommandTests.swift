@@ -31,6 +31,9 @@ final class AuditCommandTests: XCTestCase {
         let privateKey = home.appendingPathComponent("keys/seal-ed25519.pem").path
         let mode = try FileManager.default.attributesOfItem(atPath: privateKey)[.posixPermissions] as? Int
         XCTAssertEqual(mode, 0o600)
+        // The pair, and nothing half-written beside it.
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: home.appendingPathComponent("keys").path).sorted(),
+                       ["seal-ed25519.pem", "seal-ed25519.pub.pem"])
         XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 1, "never overwrites a key")
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 2, "nothing sealed: cannot verify")
 
