@@ -67,7 +67,7 @@ public struct Report: Sendable {
                     + "the day filters do not apply to a current state).",
                 items: [Item(name: "permission_state", table: states, chart: .stacked(group: "permission", part: "state", share: "share"))]))
         }
-        do {
+        if try Findings.mayRead(db) {
             let findings = try Findings.all(db, app: filters.app).filter { filters.platform == nil || $0.platform == filters.platform }
             var table = ResultTable(title: "Over-permission findings",
                                     columns: ["severity", "rule", "app", "platform", "subject", "count", "evidence", "guidance"])
@@ -81,7 +81,7 @@ public struct Report: Sendable {
                     : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
                     + "(as `permaudit audit permissions` reports; over all days).",
                 items: [Item(name: "findings", table: table, chart: nil)]))
-        } catch let error as PostgresError where error.code == .insufficientPrivilege {
+        } else {
             notes.append("The compliance findings need read access to the projections and the log (the auditor role); this role has none.")
         }
         if overview.promptedWithoutOutcome > 0 {

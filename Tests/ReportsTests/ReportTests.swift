@@ -178,12 +178,19 @@ final class ReportTests: XCTestCase {
         let behind = try Report.build(db, filters: StatsQuery())
         XCTAssertTrue(behind.notes[0].hasPrefix("2 events in the log (all apps and days) are not projected yet"), behind.notes[0])
         XCTAssertEqual(behind.overview.events, 0)
-        // A role that may not read the projector's lag (the auditor) gets no such note, and its
-        // transaction is not ended by a refusal.
+        // A role that may not read the projector's lag (the auditor) gets no such note, one that
+        // may not read the findings (the analyst) a note saying so; neither's transaction is
+        // ended by a refusal.
         try db.transaction {
             try db.execute("set local role permaudit_auditor")
             let auditor = try Report.build(db, filters: StatsQuery())
             XCTAssertFalse(auditor.notes.contains { $0.contains("not projected yet") }, auditor.notes.joined(separator: "\n"))
+            XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
+        }
+        try db.transaction {
+            try db.execute("set local role permaudit_analyst")
+            let analyst = try Report.build(db, filters: StatsQuery())
+            XCTAssertTrue(analyst.notes.contains { $0.hasPrefix("The compliance findings need read access") }, analyst.notes.joined(separator: "\n"))
             XCTAssertEqual(try db.query("select 1").scalar(Int.self), 1)
         }
         try Projector(connection: db).catchUp()
