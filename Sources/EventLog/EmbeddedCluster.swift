@@ -141,9 +141,10 @@ public struct EmbeddedCluster: Sendable {
             throw ClusterError("PERMAUDIT_HOME \(home.path) is too long: the server's socket path would be \(socket.utf8.count) bytes, and a Unix socket path is at most 107")
         }
         // libpq reads a comma in a host as a list of hosts; a line break would end the setting;
-        // pg_ctl runs the server through sh -c with the paths in double quotes.
-        guard !socketDirectory.path.unicodeScalars.contains(where: { ",\"$`".unicodeScalars.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
-            throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma, a double quote, $, ` or a control character, which the PostgreSQL tools cannot take in its paths")
+        // pg_ctl runs the server through sh -c with the paths in double quotes, where ", $, `
+        // and \ are special (\\ reads as \).
+        guard !socketDirectory.path.unicodeScalars.contains(where: { ",\"$`\\".unicodeScalars.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
+            throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma, a double quote, $, `, a backslash or a control character, which the PostgreSQL tools cannot take in its paths")
         }
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
@@ -224,8 +225,8 @@ public struct EmbeddedCluster: Sendable {
         ])
         guard result.status == 0 else { throw ClusterError("initdb failed: \(result.output)") }
         // Unix socket only, in a private directory; sized for a 2-core developer machine.
-        // A quoted value of postgresql.conf: backslash escapes, and '' for a quote.
-        let quotedSocketDirectory = socketDirectory.path.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "'", with: "''")
+        // A quoted value of postgresql.conf: '' for a quote (start refuses a backslash).
+        let quotedSocketDirectory = socketDirectory.path.replacingOccurrences(of: "'", with: "''")
         let settings = """
 
             \(Self.settingsMarker)

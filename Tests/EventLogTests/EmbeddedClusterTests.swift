@@ -7,7 +7,7 @@ import XCTest
 /// A cluster of its own (not the suite's shared one): its creation, start and stop in states
 /// that an interrupted creation or a server that did not stop leave behind.
 final class EmbeddedClusterTests: XCTestCase {
-    /// The home's name has a quote and a backslash, which the server's settings file must escape.
+    /// The home's name has a quote, which the server's settings file must escape.
     func testACreationKilledHalfWayAndStaleLockFilesNamingAnotherProcess() throws {
         // A live process of the server's user (a backend of the suite's cluster) that started
         // well before this test's server: the process id a killed server's lock files may name.
@@ -17,7 +17,7 @@ final class EmbeddedClusterTests: XCTestCase {
         let otherPID: Int = try other.query("select pg_backend_pid()").scalar()
         Thread.sleep(forTimeInterval: 3)
 
-        let home = URL(fileURLWithPath: "/tmp/pa-it's\\-\(UUID().uuidString.prefix(8))")
+        let home = URL(fileURLWithPath: "/tmp/pa-it's-\(UUID().uuidString.prefix(8))")
         let cluster = EmbeddedCluster(home: home)
         defer {
             try? cluster.stop()
@@ -116,13 +116,13 @@ final class EmbeddedClusterTests: XCTestCase {
     }
 
     /// libpq reads a comma in a host as a list, a line break would end the setting, and pg_ctl
-    /// runs the server through sh -c with the paths in double quotes: such a home is refused
-    /// before anything is created.
+    /// runs the server through sh -c with the paths in double quotes (where \\ reads as \): such
+    /// a home is refused before anything is created.
     func testAHomeWithCharactersThePostgreSQLToolsCannotTakeIsRefused() {
-        for character in [",", "\n", "\"", "$", "`"] {
+        for character in [",", "\n", "\"", "$", "`", "\\"] {
             let home = FileManager.default.temporaryDirectory.appendingPathComponent("pa\(character)\(UUID().uuidString.prefix(8))")
             XCTAssertThrowsError(try EmbeddedCluster(home: home).start()) { error in
-                XCTAssertTrue("\(error)".contains("contains a comma, a double quote, $, ` or a control character"), "\(error)")
+                XCTAssertTrue("\(error)".contains("contains a comma, a double quote, $, `, a backslash or a control character"), "\(error)")
             }
             XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
         }
