@@ -131,14 +131,7 @@ public enum Stats {
     /// current. Nil when caught up, and for a role that may not ask (the view's count is the
     /// analyst's; asked first, so that a caller's transaction is not ended by a refusal).
     public static func unprojectedNote(_ db: Connection) throws -> String? {
-        let mayAsk: Bool = try db.query("""
-            select coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_table_privilege(c.oid, 'select')
-                                     and has_function_privilege(p.oid, 'execute')), false)
-              from pg_class c join pg_namespace n on n.oid = c.relnamespace,
-                   pg_proc p join pg_namespace pn on pn.oid = p.pronamespace
-             where n.nspname = 'analytics' and c.relname = 'projector_lag'
-               and pn.nspname = 'projection' and p.proname = 'unprojected_events'
-            """).scalar()
+        let mayAsk = try db.mayRead(["analytics.projector_lag"], calling: ["projection.unprojected_events"])
         guard mayAsk, let (behind, age) = try db.query("select events_behind, lag_seconds from analytics.projector_lag")
             .decode((Int64, Double).self).first, behind > 0 else { return nil }
         return "\(behind) events in the log (all apps and days) are not projected yet (the oldest stored \(Int(age.rounded())) s ago): "

@@ -30,15 +30,12 @@ public enum Findings {
     public static let saveOnlyFlows = ["editorSave"]
     static let fullAccess = ["ios.photos.readWrite", "android.READ_MEDIA_IMAGES", "android.READ_MEDIA_VIDEO", "android.READ_EXTERNAL_STORAGE"]
 
-    /// Whether the session's role may read what the findings read (the projections and the log:
-    /// the auditor and the owner may, the analyst may not). Asked before reading, so that a
-    /// refusal does not end a caller's transaction.
+    /// Whether the session's role may read what the findings read (the projections, two views and
+    /// the log: the auditor and the owner may, the analyst may not). Asked before reading, so
+    /// that a refusal does not end a caller's transaction.
     public static func mayRead(_ db: Connection) throws -> Bool {
-        try db.query("""
-            select count(*) = 3 and coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_table_privilege(c.oid, 'select')), false)
-              from pg_class c join pg_namespace n on n.oid = c.relnamespace
-             where (n.nspname, c.relname) in (('projection', 'attempts'), ('projection', 'linked_permission_state'), ('audit', 'events'))
-            """).scalar()
+        try db.mayRead(["projection.attempts", "projection.linked_permission_state", "audit.events",
+                        "analytics.priming_arms", "analytics.permission_outcomes_daily"])
     }
 
     public static func all(_ db: Connection, app: String? = nil) throws -> [Finding] {

@@ -144,6 +144,27 @@ public final class Connection {
         return server - (sent + received) / 2
     }
 
+    /// Whether the session's role may read every one of `relations` (schema-qualified names: the
+    /// schema's USAGE and the relation's SELECT) and call every function named in `functions`
+    /// (EXECUTE on each of its overloads), asked of the catalogue in one round trip: a refusal
+    /// met while reading would end a caller's transaction. A name that does not exist is false.
+    public func mayRead(_ relations: [String], calling functions: [String] = []) throws -> Bool {
+        func array(_ names: [String]) -> String {
+            "{" + names.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
+                .joined(separator: ",") + "}"
+        }
+        return try query("""
+            select (select count(*) = cardinality($1::text[])
+                           and coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_table_privilege(c.oid, 'select')), true)
+                      from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                     where n.nspname || '.' || c.relname = any($1::text[]))
+               and (select count(distinct n.nspname || '.' || p.proname) = cardinality($2::text[])
+                           and coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_function_privilege(p.oid, 'execute')), true)
+                      from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+                     where n.nspname || '.' || p.proname = any($2::text[]))
+            """, [array(relations), array(functions)]).scalar()
+    }
+
     // MARK: Queries
 
     /// Runs one statement with parameters `$1...$n`, sent separately from the SQL text.

@@ -63,6 +63,35 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(try Connection(url: url).clockOffset(), 0, accuracy: 1)
     }
 
+    /// mayRead asks for every relation's SELECT with its schema's USAGE and every function's
+    /// EXECUTE, and calls a name that does not exist unreadable; asking leaves the transaction
+    /// usable. (In a transaction rolled back at the end: roles belong to the cluster.)
+    func testMayReadAsksForEveryRelationAndFunction() throws {
+        let db = try Connection(url: url)
+        let role = "pa_may_read_\(UUID().uuidString.prefix(8).lowercased())"
+        try db.execute("begin")
+        defer { try? db.execute("rollback") }
+        try db.execute("""
+            create role \(role);
+            create schema open_s; create schema closed_s;
+            create table open_s.readable (x int); create table open_s.hidden (x int); create table closed_s.granted (x int);
+            create function open_s.callable() returns int language sql as 'select 1';
+            create function open_s.refused() returns int language sql as 'select 1';
+            revoke execute on function open_s.refused() from public;
+            grant usage on schema open_s to \(role);
+            grant select on open_s.readable, closed_s.granted to \(role);
+            set local role \(role);
+            """)
+        XCTAssertTrue(try db.mayRead(["open_s.readable"], calling: ["open_s.callable"]))
+        XCTAssertTrue(try db.mayRead([]))
+        XCTAssertFalse(try db.mayRead(["open_s.readable", "open_s.hidden"]), "SELECT on each")
+        XCTAssertFalse(try db.mayRead(["closed_s.granted"]), "USAGE on the schema")
+        XCTAssertFalse(try db.mayRead(["open_s.readable"], calling: ["open_s.refused"]), "EXECUTE on each function")
+        XCTAssertFalse(try db.mayRead(["open_s.missing"]))
+        XCTAssertFalse(try db.mayRead([], calling: ["open_s.missing"]))
+        XCTAssertEqual(try db.query("select count(*) from open_s.readable").scalar(Int.self), 0, "the transaction goes on")
+    }
+
     func testDecodingFailureNamesColumnAndType() throws {
         let db = try Connection(url: url)
         XCTAssertThrowsError(try db.query("select 'abc' as word").column(as: Int.self)) { error in
