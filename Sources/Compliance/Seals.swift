@@ -63,6 +63,13 @@ public struct Sealer {
 
     public init(key: SigningKey) { self.key = key }
 
+    /// The chain's last seal and the fingerprint of the key that signed it; nil while nothing is
+    /// sealed. Only that key may extend the chain (`sealNext`).
+    public static func chainHead(_ db: Connection) throws -> (id: Int64, keyFingerprint: String)? {
+        try db.query("select seal_id, key_fingerprint from audit.seals order by seal_id desc limit 1")
+            .decode((Int64, String).self).first.map { (id: $0.0, keyFingerprint: $0.1) }
+    }
+
     /// Adds seals until the committed log is covered; returns the new seals.
     @discardableResult
     public func seal(_ db: Connection) throws -> [Seal] {

@@ -10,7 +10,9 @@ enum AuditCommand: Command {
     static let abstract = "Compliance: seal keys, seals, verification, inclusion proofs, subject export and erasure."
     static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase|permissions [options]"
     static let discussion = """
-          keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir)
+          keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir);
+                                      with --database-url or $DATABASE_URL, refused where that log
+                                      is sealed already (only its key may extend the chain)
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
                                       Merkle seals of at most --max-events events each)
           verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
@@ -47,7 +49,7 @@ enum AuditCommand: Command {
                                             "--reason", "--format", "--database-url"]
 
     /// The options each action takes; any other given is a usage error. --database-url goes with
-    /// every action, as with every command (keygen and check-proof use no database).
+    /// every action, as with every command (check-proof uses no database, keygen only one named).
     static let optionsByAction: [String: Set<String>] = [
         "keygen": ["--key-dir", "--database-url"],
         "seal": ["--key", "--key-dir", "--max-events", "--database-url"],
@@ -72,6 +74,18 @@ enum AuditCommand: Command {
         do {
             switch (action, rest.count) {
             case ("keygen", 0):
+                // With a database named, a sealed log is refused before any key is made: only the
+                // key that signed the chain may extend it (a new key on a host whose key volume
+                // was lost would leave the projector unable to seal).
+                let databaseNamed = arguments.value("--database-url") != nil || !(ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
+                if databaseNamed, !FileManager.default.fileExists(atPath: store.privateKeyURL.path),
+                   let head = try Sealer.chainHead(try openDatabase(arguments)) {
+                    throw CommandFailure(message: """
+                        the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...): \
+                        a new key could not extend the chain; restore that key pair from its backup into \(store.directory.path) \
+                        (docs/compliance.md, Keys)
+                        """)
+                }
                 let key = try store.generate()
                 print("wrote \(store.privateKeyURL.path) (mode 0600) and \(store.publicKeyURL.path)")
                 print("key fingerprint: \(key.fingerprint)")

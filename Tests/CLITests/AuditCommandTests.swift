@@ -197,10 +197,17 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(stop(first).0, 0)
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0)
 
-        // Another key (a new keygen after the key was lost) may not extend the chain: the
-        // follower says so, stops sealing and goes on projecting.
+        // The key lost: keygen for this database refuses to make another, which could not
+        // extend the chain, and writes nothing.
         try FileManager.default.removeItem(at: home.appendingPathComponent("keys"))
-        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        let refused = try permaudit(["audit", "keygen"])
+        XCTAssertEqual(refused.status, 1, refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("the log is sealed already (seal 2, the last, was signed by key"), refused.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home.appendingPathComponent("keys").path))
+        // Another key all the same (made without naming the database) may not extend the chain:
+        // the follower says so, stops sealing and goes on projecting.
+        let unchecked = try CLITests.run(["audit", "keygen"], url: "", environment: ["PERMAUDIT_HOME": home.path])
+        XCTAssertEqual(unchecked.status, 0, unchecked.stderr)
         try TestDatabase.append([EventFixtures.event(subject: "follow-d")], to: db)
         let second = try follow()
         let projected = "select events_projected::int from projection.checkpoint where name = 'analytics'"
