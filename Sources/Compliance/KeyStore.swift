@@ -9,24 +9,43 @@ public struct KeyStore {
 
     public init(directory: URL) { self.directory = directory }
 
-    /// Writes a new key pair; refuses to replace an existing private key. The public key is
-    /// written first and the private key appears whole, by a rename: where the private key file
-    /// exists, the pair is complete (a keygen killed half-way is run again).
+    /// Writes a new key pair; refuses to replace an existing private key. The directory is locked
+    /// (flock) while the pair is written, so that two keygens at once make one pair. The public
+    /// key is written first and the private key appears whole, both flushed to disk: where the
+    /// private key file exists, the pair is complete (a keygen killed or a machine stopped
+    /// half-way is run again).
     public func generate() throws -> VerifyingKey {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let directoryFD = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFD >= 0 else { throw failure("open \(directory.path)") }
+        defer { close(directoryFD) }
+        guard flock(directoryFD, LOCK_EX) == 0 else { throw failure("lock \(directory.path)") }
         guard !FileManager.default.fileExists(atPath: privateKeyURL.path) else {
             throw ComplianceError("\(privateKeyURL.path) exists; a new key would orphan the seals it signed (move it away first)")
         }
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let key = try SigningKey.generate()
         let publicKey = try key.publicKey
-        try Data(try publicKey.pem().utf8).write(to: publicKeyURL, options: .atomic)
-        let partial = directory.appendingPathComponent(".seal-ed25519.pem.partial")
-        try? FileManager.default.removeItem(at: partial)
-        guard FileManager.default.createFile(atPath: partial.path, contents: Data(try key.pem().utf8), attributes: [.posixPermissions: 0o600]),
-              rename(partial.path, privateKeyURL.path) == 0 else {
-            throw ComplianceError("cannot write \(privateKeyURL.path)")
-        }
+        try write(Data(try publicKey.pem().utf8), to: publicKeyURL, mode: 0o644)
+        try write(Data(try key.pem().utf8), to: privateKeyURL, mode: 0o600)
+        guard fsync(directoryFD) == 0 else { throw failure("flush \(directory.path)") }
         return publicKey
+    }
+
+    private func failure(_ step: String) -> ComplianceError {
+        ComplianceError("cannot write the key pair: \(step) (\(String(cString: strerror(errno))))")
+    }
+
+    /// Writes `data` whole or not at all: into a file beside `url`, flushed, then renamed to it.
+    private func write(_ data: Data, to url: URL, mode: mode_t) throws {
+        let partial = directory.appendingPathComponent(".\(url.lastPathComponent).partial").path
+        unlink(partial)
+        let fd = open(partial, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw failure("create \(partial)") }
+        defer { unlink(partial) }
+        let written = data.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        guard written == data.count, fsync(fd) == 0 else { let error = failure("write \(partial)"); close(fd); throw error }
+        close(fd)
+        guard rename(partial, url.path) == 0 else { throw failure("rename \(partial) to \(url.path)") }
     }
 
     public static func signingKey(at url: URL) throws -> SigningKey {
