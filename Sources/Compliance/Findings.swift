@@ -38,6 +38,18 @@ public enum Findings {
                         "analytics.priming_arms", "analytics.permission_outcomes_daily"])
     }
 
+    /// Whether the findings have anything to judge for this app and platform (nil: all): a
+    /// projected attempt, or a permission state, on any day.
+    public static func haveEvidence(_ db: Connection, app: String?, platform: String?) throws -> Bool {
+        try db.query("""
+            select exists (select from projection.attempts a
+                            where ($1::text is null or a.app = $1) and ($2::text is null or a.platform = $2))
+                or exists (select from projection.linked_permission_state s
+                            where ($1::text is null or s.app = $1)
+                              and ($2::text is null or s.permission like $2 || '.%'))
+            """, [app, platform]).scalar()
+    }
+
     public static func all(_ db: Connection, app: String? = nil) throws -> [Finding] {
         var findings: [Finding] = []
 

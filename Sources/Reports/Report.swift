@@ -76,8 +76,9 @@ public struct Report: Sendable {
             sections.append(Section(
                 id: "compliance", title: "Compliance: over-permission findings",
                 intro: findings.isEmpty
-                    ? (overview.events == 0 && states.rows.isEmpty ? "No over-permission finding, and no projected events to judge."
-                                                                     : "No over-permission finding: the app asks for what its flows need.")
+                    ? (try Findings.haveEvidence(db, app: filters.app, platform: filters.platform)
+                        ? "No over-permission finding: the app asks for what its flows need."
+                        : "No over-permission finding, and no projected events to judge.")
                     : "Where the apps ask for more access than their flows need, with the evidence and the platform guidance "
                     + "(as `permaudit audit permissions` reports; over all days).",
                 items: [Item(name: "findings", table: table, chart: nil)]))

@@ -199,6 +199,29 @@ final class ReportTests: XCTestCase {
         XCTAssertEqual(caughtUp.overview.events, 2)
     }
 
+    /// The findings are over all days: a day range without events still has the attempts of
+    /// other days to judge (here picker attempts, which leave no permission state); another
+    /// platform has none.
+    func testFindingsWithNothingFoundSayWhetherThereWasAnythingToJudge() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let attempt = UUID()
+        try EventLog(connection: db).append([
+            EventFixtures.event(type: "picker.opened", attempt: attempt, overrides: ["attributes": #"{"picker":"androidPhotoPicker"}"#],
+                                removing: ["permission"]),
+            EventFixtures.event(type: "picker.completed", attempt: attempt, overrides: ["attributes": #"{"selectedCount":1}"#],
+                                removing: ["permission"]),
+        ])
+        try Projector(connection: db).catchUp()
+        func intro(_ filters: StatsQuery) throws -> String? {
+            try Report.build(db, filters: filters).sections.first { $0.id == "compliance" }?.intro
+        }
+        XCTAssertEqual(try Report.build(db, filters: StatsQuery(from: "2026-11-01")).overview.events, 0)
+        XCTAssertEqual(try intro(StatsQuery(from: "2026-11-01")), "No over-permission finding: the app asks for what its flows need.")
+        XCTAssertEqual(try intro(StatsQuery(platform: "ios")), "No over-permission finding, and no projected events to judge.")
+    }
+
     /// Days without events leave out the sections over attempts, not the current state and the
     /// compliance findings, which the day filters do not limit.
     func testADayRangeWithoutEventsKeepsTheCurrentStateAndTheFindings() throws {
