@@ -186,7 +186,7 @@ public final class Collector: @unchecked Sendable {
                 }
             }
         default:
-            return respond(Self.error(415, "the only Content-Encoding accepted is gzip"))
+            return respond(Self.error(415, "Content-Encoding must be gzip or identity (one coding)"))
         }
         let parsed: JSONValue
         do {

@@ -283,8 +283,11 @@ public final class HTTPServer: @unchecked Sendable {
         if let repeated = box.repeated.intersection(singletonFields).sorted().first {
             return (box.headers, "the request has more than one \(repeated) header")
         }
+        // libmicrohttpd reads a body as chunked where the value is "chunked" in any case, with no
+        // white space after it: any other value (trailing white space included, which it would
+        // read as a body up to the end of the connection) is refused.
         if let coding = box.headers["transfer-encoding"] {
-            if coding.trimmingCharacters(in: .whitespaces).lowercased() != "chunked" {
+            if coding.lowercased() != "chunked" {
                 return (box.headers, "the only transfer-encoding accepted is chunked")
             }
             if box.headers["content-length"] != nil {
