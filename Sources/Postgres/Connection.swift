@@ -144,25 +144,37 @@ public final class Connection {
         return server - (sent + received) / 2
     }
 
-    /// Whether the session's role may read every one of `relations` (schema-qualified names: the
-    /// schema's USAGE and the relation's SELECT) and call every function named in `functions`
-    /// (EXECUTE on each of its overloads), asked of the catalogue in one round trip: a refusal
-    /// met while reading would end a caller's transaction. A name that does not exist is false.
+    /// Whether the session's role may read every one of `relations` (`schema.name`, split at the
+    /// first dot: the schema's USAGE and the relation's SELECT) and call every function named in
+    /// `functions` (EXECUTE on each of its overloads), asked of the catalogue in one round trip:
+    /// a refusal met while reading would end a caller's transaction. A name that does not exist
+    /// is false.
     public func mayRead(_ relations: [String], calling functions: [String] = []) throws -> Bool {
-        func array(_ names: [String]) -> String {
-            "{" + names.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
-                .joined(separator: ",") + "}"
+        func arrays(_ names: [String]) -> (String, String) {
+            func literal(_ items: [Substring]) -> String {
+                "{" + items.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
+                    .joined(separator: ",") + "}"
+            }
+            let parts = names.map { $0.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false) }
+            return (literal(parts.map { $0[0] }), literal(parts.map { $0.count > 1 ? $0[1] : "" }))
         }
+        let (relationSchemas, relationNames) = arrays(relations)
+        let (functionSchemas, functionNames) = arrays(functions)
         return try query("""
-            select (select count(*) = cardinality($1::text[])
-                           and coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_table_privilege(c.oid, 'select')), true)
-                      from pg_class c join pg_namespace n on n.oid = c.relnamespace
-                     where n.nspname || '.' || c.relname = any($1::text[]))
-               and (select count(distinct n.nspname || '.' || p.proname) = cardinality($2::text[])
-                           and coalesce(bool_and(has_schema_privilege(n.oid, 'usage') and has_function_privilege(p.oid, 'execute')), true)
-                      from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-                     where n.nspname || '.' || p.proname = any($2::text[]))
-            """, [array(relations), array(functions)]).scalar()
+            select coalesce((select bool_and(exists (
+                                 select from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                                  where n.nspname = r.schema and c.relname = r.name
+                                    and has_schema_privilege(n.oid, 'usage') and has_table_privilege(c.oid, 'select')))
+                               from unnest($1::text[], $2::text[]) as r(schema, name)), true)
+               and coalesce((select bool_and(exists (
+                                 select from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+                                  where n.nspname = f.schema and p.proname = f.name)
+                             and not exists (
+                                 select from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+                                  where n.nspname = f.schema and p.proname = f.name
+                                    and not (has_schema_privilege(n.oid, 'usage') and has_function_privilege(p.oid, 'execute'))))
+                               from unnest($3::text[], $4::text[]) as f(schema, name)), true)
+            """, [relationSchemas, relationNames, functionSchemas, functionNames]).scalar()
     }
 
     // MARK: Queries

@@ -69,6 +69,22 @@ final class FindingsTests: XCTestCase {
                                                      overrides: ["platform": EventFixtures.quoted("ios"), "osVersion": EventFixtures.quoted("17.2"),
                                                                  "permission": EventFixtures.quoted("ios.photos.readWrite")])], to: db)
         XCTAssertNil(try Findings.all(db).first { $0.rule == "limited-never-offered" })
+
+        // What mayRead asks for is what the findings read: a role granted exactly that gets the
+        // same findings (in a transaction rolled back: roles belong to the cluster).
+        let role = "pa_findings_\(UUID().uuidString.prefix(8).lowercased())"
+        try db.execute("begin")
+        defer { try? db.execute("rollback") }
+        try db.execute("""
+            create role \(role);
+            grant usage on schema audit, projection, analytics to \(role);
+            grant select on projection.attempts, projection.linked_permission_state, audit.events,
+                            analytics.priming_arms, analytics.permission_outcomes_daily to \(role);
+            """)
+        let expected = try Findings.all(db)
+        try db.execute("set local role \(role)")
+        XCTAssertTrue(try Findings.mayRead(db))
+        XCTAssertEqual(try Findings.all(db), expected)
     }
 
     /// "At least 10 points" includes 10 points: 70% unprimed against 60% primed (400 dialogs

@@ -89,6 +89,8 @@ final class ConnectionTests: XCTestCase {
         XCTAssertFalse(try db.mayRead(["open_s.readable"], calling: ["open_s.refused"]), "EXECUTE on each function")
         XCTAssertFalse(try db.mayRead(["open_s.missing"]))
         XCTAssertFalse(try db.mayRead([], calling: ["open_s.missing"]))
+        XCTAssertTrue(try db.mayRead(["open_s.readable", "open_s.readable"], calling: ["open_s.callable", "open_s.callable"]), "a name twice")
+        XCTAssertFalse(try db.mayRead(["open_s.readable.x", "open_s.readable"]), "split at the first dot: table readable.x")
         XCTAssertEqual(try db.query("select count(*) from open_s.readable").scalar(Int.self), 0, "the transaction goes on")
     }
 
