@@ -283,11 +283,12 @@ public final class HTTPServer: @unchecked Sendable {
         if let repeated = box.repeated.intersection(singletonFields).sorted().first {
             return (box.headers, "the request has more than one \(repeated) header")
         }
-        // libmicrohttpd reads a body as chunked where the value is "chunked" in any case, with no
-        // white space after it: any other value (trailing white space included, which it would
-        // read as a body up to the end of the connection) is refused.
+        // libmicrohttpd reads a body as chunked where the value is "chunked" in any ASCII case,
+        // with no white space after it: any other value (trailing white space, or a letter that
+        // lower-cases to an ASCII one, as the Kelvin sign to k, which it would read as a body up
+        // to the end of the connection) is refused.
         if let coding = box.headers["transfer-encoding"] {
-            if coding.lowercased() != "chunked" {
+            if !coding.utf8.elementsEqual("chunked".utf8, by: { $0 | 0x20 == $1 }) {
                 return (box.headers, "the only transfer-encoding accepted is chunked")
             }
             if box.headers["content-length"] != nil {

@@ -277,6 +277,7 @@ final class CollectorTests: XCTestCase {
             // to libmicrohttpd (which then answered nothing until the time-out).
             ("Transfer-Encoding: chunked \r\n", "the only transfer-encoding accepted is chunked"),
             ("Transfer-Encoding: chunked\t\r\n", "the only transfer-encoding accepted is chunked"),
+            ("Transfer-Encoding: chun\u{212A}ed\r\n", "the only transfer-encoding accepted is chunked"),  // the Kelvin sign
             // Folded lines (obs-fold): no length or coding to the server, one to a proxy that unfolds.
             ("Content-Length:\r\n \(outerBody.utf8.count)\r\n", "folded over two lines"),
             ("Transfer-Encoding:\r\n chunked\r\nContent-Length: \(outerBody.utf8.count - hiddenRequest.utf8.count)\r\n", "folded over two lines"),
@@ -308,7 +309,7 @@ final class CollectorTests: XCTestCase {
         XCTAssertEqual(try Self.post(client, [EventFixtures.event(id: outer, app: Self.app)], key: key).status, 200)
         XCTAssertEqual(try storedCount([outer, hidden]), 1)
         let metrics = try client.send("GET", "/metrics").text
-        for line in ["permaudit_collector_requests_total{code=\"400\"} 10", "permaudit_collector_requests_total{code=\"415\"} 1",
+        for line in ["permaudit_collector_requests_total{code=\"400\"} 11", "permaudit_collector_requests_total{code=\"415\"} 1",
                      "permaudit_collector_request_duration_seconds_count 3"] {
             XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
         }
