@@ -15,7 +15,10 @@ public struct KeyStore {
     /// private key file exists, the pair is complete (a keygen killed or a machine stopped
     /// half-way is run again).
     public func generate() throws -> VerifyingKey {
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // Only the key directory itself is private: parents made here (a new $PERMAUDIT_HOME) keep
+        // the usual mode, so that the embedded cluster's server user can still reach its home.
+        try FileManager.default.createDirectory(at: directory.deletingLastPathComponent(), withIntermediateDirectories: true)
+        if mkdir(directory.path, 0o700) != 0 && errno != EEXIST { throw failure("create \(directory.path)") }
         let directoryFD = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directoryFD >= 0 else { throw failure("open \(directory.path)") }
         defer { close(directoryFD) }
@@ -25,9 +28,12 @@ public struct KeyStore {
         }
         let key = try SigningKey.generate()
         let publicKey = try key.publicKey
-        try write(Data(try publicKey.pem().utf8), to: publicKeyURL, mode: 0o644)
-        try write(Data(try key.pem().utf8), to: privateKeyURL, mode: 0o600)
-        guard fsync(directoryFD) == 0 else { throw failure("flush \(directory.path)") }
+        // Each name flushed with the directory before the next: the private key's never stands
+        // without the public key's, even after a stop of the machine.
+        for (data, url, mode) in [(try publicKey.pem(), publicKeyURL, mode_t(0o644)), (try key.pem(), privateKeyURL, mode_t(0o600))] {
+            try write(Data(data.utf8), to: url, mode: mode)
+            guard fsync(directoryFD) == 0 else { throw failure("flush \(directory.path)") }
+        }
         return publicKey
     }
 
@@ -43,6 +49,7 @@ public struct KeyStore {
         guard fd >= 0 else { throw failure("create \(partial)") }
         defer { unlink(partial) }
         let written = data.withUnsafeBytes { Foundation.write(fd, $0.baseAddress, $0.count) }
+        if written >= 0 && written < data.count { errno = ENOSPC }  // a short write: the disk is full
         guard written == data.count, fsync(fd) == 0 else { let error = failure("write \(partial)"); close(fd); throw error }
         close(fd)
         guard rename(partial, url.path) == 0 else { throw failure("rename \(partial) to \(url.path)") }

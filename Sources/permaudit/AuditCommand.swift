@@ -11,8 +11,9 @@ enum AuditCommand: Command {
     static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase|permissions [options]"
     static let discussion = """
           keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir);
-                                      with --database-url or $DATABASE_URL, refused where that log
-                                      is sealed already (only its key may extend the chain)
+                                      refused where the log is sealed already (only the key that
+                                      signed it may extend the chain): the database named, else,
+                                      without --key-dir, the embedded cluster's if it exists
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
                                       Merkle seals of at most --max-events events each)
           verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
@@ -49,7 +50,7 @@ enum AuditCommand: Command {
                                             "--reason", "--format", "--database-url"]
 
     /// The options each action takes; any other given is a usage error. --database-url goes with
-    /// every action, as with every command (check-proof uses no database, keygen only one named).
+    /// every action, as with every command (check-proof uses no database, keygen only to look for seals).
     static let optionsByAction: [String: Set<String>] = [
         "keygen": ["--key-dir", "--database-url"],
         "seal": ["--key", "--key-dir", "--max-events", "--database-url"],
@@ -63,6 +64,26 @@ enum AuditCommand: Command {
 
     static var keyDirectory: URL { EmbeddedCluster.fromEnvironment().home.appendingPathComponent("keys") }
 
+    /// keygen's check: a database without the log's schema has nothing sealed; a role that may
+    /// not read the seals cannot tell.
+    static func refuseASealedLog(_ db: Connection, keys store: KeyStore) throws {
+        guard try db.query("""
+            select exists (select from pg_class c join pg_namespace n on n.oid = c.relnamespace
+                            where n.nspname = 'audit' and c.relname = 'seals')
+            """).scalar(Bool.self) else { return }
+        guard try db.mayRead(["audit.seals"]) else {
+            throw CommandFailure(message: "cannot tell whether the log is sealed already: this role may not read audit.seals "
+                                 + "(name the owner's or an auditor's database URL, or none for a key kept apart from any database)")
+        }
+        if let head = try Sealer.chainHead(db) {
+            throw CommandFailure(message: """
+                the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...): \
+                a new key could not extend the chain; restore that key pair from its backup into \(store.directory.path) \
+                (docs/compliance.md, Keys)
+                """)
+        }
+    }
+
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         guard let action = arguments.positionals.first else { throw UsageError(message: "expected an audit action", usage: usage) }
         let rest = Array(arguments.positionals.dropFirst())
@@ -74,17 +95,13 @@ enum AuditCommand: Command {
         do {
             switch (action, rest.count) {
             case ("keygen", 0):
-                // With a database named, a sealed log is refused before any key is made: only the
-                // key that signed the chain may extend it (a new key on a host whose key volume
-                // was lost would leave the projector unable to seal).
-                let databaseNamed = arguments.value("--database-url") != nil || !(ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
-                if databaseNamed, !FileManager.default.fileExists(atPath: store.privateKeyURL.path),
-                   let head = try Sealer.chainHead(try openDatabase(arguments)) {
-                    throw CommandFailure(message: """
-                        the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...): \
-                        a new key could not extend the chain; restore that key pair from its backup into \(store.directory.path) \
-                        (docs/compliance.md, Keys)
-                        """)
+                // A sealed log is refused before any key is made: only the key that signed the
+                // chain may extend it (a new key on a host whose key volume was lost would leave
+                // the projector unable to seal). The log is the database named, else, for the
+                // default key directory, the embedded cluster's where it exists.
+                let embeddedKeys = arguments.value("--key-dir") == nil && (try? EmbeddedCluster.fromEnvironment().status()) != .notCreated
+                if databaseIsNamed(arguments) || embeddedKeys, !FileManager.default.fileExists(atPath: store.privateKeyURL.path) {
+                    try refuseASealedLog(try connectDatabase(arguments).connection, keys: store)
                 }
                 let key = try store.generate()
                 print("wrote \(store.privateKeyURL.path) (mode 0600) and \(store.publicKeyURL.path)")

@@ -38,11 +38,17 @@ func resolveDatabaseURL(_ arguments: ParsedArguments) throws -> String {
     return try Database.resolveURL(explicit)
 }
 
+/// Whether a database is named (--database-url, else a non-empty DATABASE_URL); else commands use
+/// the embedded cluster.
+func databaseIsNamed(_ arguments: ParsedArguments) -> Bool {
+    arguments.value("--database-url") != nil || !(ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
+}
+
 /// Connects to `resolveDatabaseURL`, without looking at the schema. A URL that does not parse is
 /// named by where it came from.
 func connectDatabase(_ arguments: ParsedArguments) throws -> (connection: Connection, url: String, embedded: Bool) {
     let explicit = arguments.value("--database-url")
-    let embedded = explicit == nil && (ProcessInfo.processInfo.environment["DATABASE_URL"] ?? "").isEmpty
+    let embedded = !databaseIsNamed(arguments)
     let url = try resolveDatabaseURL(arguments)
     do {
         return (try Connection(url: url), url, embedded)

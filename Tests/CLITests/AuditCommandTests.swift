@@ -20,6 +20,38 @@ final class AuditCommandTests: XCTestCase {
         try CLITests.run(arguments, url: url, environment: ["PERMAUDIT_HOME": home.path])
     }
 
+    /// Removes the key directory of `home`; keygen (run by `run`) then refuses to make another
+    /// key for the log sealed up to `lastSeal`, and writes nothing.
+    func assertKeygenRefusedAfterTheKeysAreLost(in home: URL, lastSeal: Int, _ run: ([String]) throws -> CLITests.Run,
+                                                file: StaticString = #filePath, line: UInt = #line) throws {
+        let keys = home.appendingPathComponent("keys")
+        try FileManager.default.removeItem(at: keys)
+        let refused = try run(["audit", "keygen"])
+        XCTAssertEqual(refused.status, 1, refused.stderr, file: file, line: line)
+        XCTAssertTrue(refused.stderr.contains("the log is sealed already (seal \(lastSeal), the last, was signed by key"), refused.stderr,
+                      file: file, line: line)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keys.path), file: file, line: line)
+    }
+
+    /// keygen looks for seals in the embedded cluster's log, where the key goes to its default
+    /// directory and the cluster exists: a lost key is not replaced there either; a key for
+    /// elsewhere (--key-dir) is made.
+    func testKeygenRefusesAnEmbeddedLogThatIsSealedAlready() throws {
+        let embedded = FileManager.default.temporaryDirectory.appendingPathComponent("pa-keygen-\(UUID().uuidString.prefix(8))")
+        func run(_ arguments: [String]) throws -> CLITests.Run {
+            try CLITests.run(arguments, url: "", stdin: EventFixtures.event(), environment: ["PERMAUDIT_HOME": embedded.path])
+        }
+        defer {
+            _ = try? run(["db", "stop"])
+            try? FileManager.default.removeItem(at: embedded)
+        }
+        XCTAssertEqual(try run(["audit", "keygen"]).status, 0, "no cluster yet: nothing to look at")
+        XCTAssertEqual(try run(["append"]).status, 0)
+        XCTAssertEqual(try run(["audit", "seal"]).status, 0)
+        try assertKeygenRefusedAfterTheKeysAreLost(in: embedded, lastSeal: 1, run)
+        XCTAssertEqual(try run(["audit", "keygen", "--key-dir", embedded.appendingPathComponent("elsewhere").path]).status, 0)
+    }
+
     func testKeygenSealVerifyProveEraseAndTheAccessRecord() throws {
         let db = try Connection(url: url)
         try TestDatabase.append([EventFixtures.event(subject: "cli-a"), EventFixtures.event(subject: "cli-b"),
@@ -199,11 +231,7 @@ final class AuditCommandTests: XCTestCase {
 
         // The key lost: keygen for this database refuses to make another, which could not
         // extend the chain, and writes nothing.
-        try FileManager.default.removeItem(at: home.appendingPathComponent("keys"))
-        let refused = try permaudit(["audit", "keygen"])
-        XCTAssertEqual(refused.status, 1, refused.stderr)
-        XCTAssertTrue(refused.stderr.contains("the log is sealed already (seal 2, the last, was signed by key"), refused.stderr)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: home.appendingPathComponent("keys").path))
+        try assertKeygenRefusedAfterTheKeysAreLost(in: home, lastSeal: 2, permaudit)
         // Another key all the same (made without naming the database) may not extend the chain:
         // the follower says so, stops sealing and goes on projecting.
         let unchecked = try CLITests.run(["audit", "keygen"], url: "", environment: ["PERMAUDIT_HOME": home.path])
