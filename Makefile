@@ -50,7 +50,7 @@ test: test-deps
 	exit $$status
 
 # The suite under Swift's thread sanitizer, then under its address sanitizer, each in its own
-# build directory and test cluster (about 6 minutes each on 2 cores). A data race or a memory
+# build directory and test cluster (6-9 minutes each on 2 cores). A data race or a memory
 # error fails the run. Leak detection is off: Foundation's Process leaks 32 bytes per launch.
 sanitize: test-deps
 	@for sanitizer in thread address; do \
