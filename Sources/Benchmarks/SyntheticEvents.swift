@@ -104,13 +104,11 @@ extension SyntheticEvents {
     /// `recordedAsOccurred` each event is recorded at its `occurredAt`, like a log filled live.
     public static func copy(_ count: Int, into db: Connection, seed: UInt64, recordedAsOccurred: Bool = false) throws {
         var generator = SyntheticEvents(seed: seed, subjects: max(1000, count / 20))
-        // App ids hold no commas.
         let installs = Array(0..<generator.subjects)
         try db.query("""
             insert into audit.subject_streams (stream_key, app, subject) overriding system value
             select k, a, 'inst-' || k from unnest($1::bigint[], $2::text[]) as i(k, a)
-            """, ["{" + installs.map(String.init).joined(separator: ",") + "}",
-                  "{" + installs.map(Self.app(of:)).joined(separator: ",") + "}"])
+            """, [installs, installs.map(Self.app(of:))])
         try db.execute("select setval(pg_get_serial_sequence('audit.subject_streams', 'stream_key'), max(stream_key)) from audit.subject_streams")
         var versions: [Int: Int] = [:]
         let columns = "event_id, stream_key, stream_version, type, occurred_at, app, platform, os_major, app_version, attempt, permission, flow, payload"

@@ -155,7 +155,7 @@ public enum Findings {
               from analytics.permission_outcomes_daily
              where ($1::text is null or app = $1) and flow = any($2::text[]) and permission = any($3::text[])
              group by 1, 2, 3, 4 order by 1, 2, 3, 4
-            """, [app, "{\(flows.joined(separator: ","))}", "{\(fullAccess.joined(separator: ","))}"])
+            """, [app, flows, fullAccess])
             .decode((String, String, String, String, Int).self)
     }
 

@@ -150,13 +150,9 @@ public final class Connection {
     /// a refusal met while reading would end a caller's transaction. A name that does not exist
     /// is false.
     public func mayRead(_ relations: [String], calling functions: [String] = []) throws -> Bool {
-        func arrays(_ names: [String]) -> (String, String) {
-            func literal(_ items: [Substring]) -> String {
-                "{" + items.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
-                    .joined(separator: ",") + "}"
-            }
-            let parts = names.map { $0.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false) }
-            return (literal(parts.map { $0[0] }), literal(parts.map { $0.count > 1 ? $0[1] : "" }))
+        func arrays(_ names: [String]) -> ([String], [String]) {
+            let parts = names.map { $0.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false).map(String.init) }
+            return (parts.map { $0[0] }, parts.map { $0.count > 1 ? $0[1] : "" })
         }
         let (relationSchemas, relationNames) = arrays(relations)
         let (functionSchemas, functionNames) = arrays(functions)

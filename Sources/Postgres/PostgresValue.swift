@@ -17,6 +17,16 @@ extension PostgresDecodable {
     public static var postgresNull: Self? { nil }
 }
 
+/// An array in PostgreSQL's array input format (`{"a","b"}`): each element quoted, with `\` before
+/// `"` and `\`, so that commas, braces, spaces and quotes stay inside their element. Cast the
+/// parameter in the SQL (`$1::text[]`, `$1::bigint[]`).
+extension Array: PostgresEncodable where Element: PostgresEncodable {
+    public var postgresText: String {
+        "{" + map { "\"" + $0.postgresText.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
+            .joined(separator: ",") + "}"
+    }
+}
+
 extension String: PostgresEncodable, PostgresDecodable {
     public var postgresText: String { self }
     public init?(postgresText: String) { self = postgresText }

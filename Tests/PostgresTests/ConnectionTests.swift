@@ -24,6 +24,12 @@ final class ConnectionTests: XCTestCase {
         XCTAssertNil(row.4)
         XCTAssertEqual(row.5, 2.5)
         XCTAssertEqual(row.6.timeIntervalSince1970, 1_791_018_927.12, accuracy: 0.0001)
+        // Arrays: each element whole, whatever commas, braces, quotes and backslashes it holds.
+        let elements = ["a,b", "{c}", "it's \"q\"", "back\\slash", " d ", "", "NULL"]
+        XCTAssertEqual(try db.query("select x from unnest($1::text[]) with ordinality as u(x, n) order by n", [elements])
+            .decode(String.self), elements)
+        XCTAssertEqual(try db.query("select array_length($1::bigint[], 1)", [[1, 2, 3]]).scalar(Int.self), 3)
+        XCTAssertEqual(try db.query("select cardinality($1::text[])", [[String]()]).scalar(Int.self), 0)
     }
 
     /// A database whose defaults change formats, encoding, names and isolation: a connection
