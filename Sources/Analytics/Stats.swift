@@ -134,7 +134,7 @@ public enum Stats {
         let mayAsk = try db.mayRead(["analytics.projector_lag"], calling: ["projection.unprojected_events"])
         guard mayAsk, let (behind, age) = try db.query("select events_behind, lag_seconds from analytics.projector_lag")
             .decode((Int64, Double).self).first, behind > 0 else { return nil }
-        return "\(behind) events in the log (all apps and days) are not projected yet (the oldest stored \(Int(age.rounded())) s ago): "
+        return "\(behind) \(behind == 1 ? "event" : "events") in the log (all apps and days) \(behind == 1 ? "is" : "are") not projected yet (the oldest stored \(Int(age.rounded())) s ago): "
             + "the numbers here leave them out. Run 'permaudit project --once', or keep 'permaudit project --follow' running."
     }
 

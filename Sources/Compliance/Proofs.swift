@@ -64,7 +64,8 @@ public struct InclusionProof: Sendable {
 
     /// Reads a proof written by `json`.
     public init(json text: String) throws {
-        let value = try JSONParser.parse(text, maxDepth: 8)
+        let value: JSONValue
+        do { value = try JSONParser.parse(text, maxDepth: 8) } catch { throw ComplianceError("proof: not the JSON of a proof (\(error))") }
         func string(_ v: JSONValue?, _ name: String) throws -> String {
             guard let s = v?.stringValue else { throw ComplianceError("proof: \(name) is missing") }
             return s

@@ -62,6 +62,13 @@ enum AuditCommand: Command {
         "permissions": ["--app", "--format", "--database-url"],
     ]
 
+    /// What each action takes besides its options, for the usage error of a wrong count.
+    static let argumentsByAction = [
+        "keygen": "no arguments", "seal": "no arguments", "verify": "no arguments", "subject": "no arguments (the install is --subject)",
+        "erase": "no arguments (the install is --subject)", "permissions": "no arguments",
+        "prove": "one EVENT_ID", "check-proof": "one proof FILE",
+    ]
+
     static var keyDirectory: URL { EmbeddedCluster.fromEnvironment().home.appendingPathComponent("keys") }
 
     /// keygen's check: a database without the log's schema has nothing sealed; a role that may
@@ -156,7 +163,7 @@ enum AuditCommand: Command {
                 if result.sealsChecked == 0 && result.intact { printError("Error: no seal to verify against (run 'permaudit audit seal')"); return 2 }
                 return result.intact ? 0 : 1
             case ("prove", 1):
-                guard let id = UUID(uuidString: rest[0]) else { throw UsageError(message: "EVENT_ID must be a UUID, got '\(rest[0])'", usage: usage) }
+                guard let id = UUID(uuidString: rest[0]) else { throw UsageError(message: "EVENT_ID must be a UUID", usage: usage) }
                 let db = try openDatabase(arguments)
                 let proof = try InclusionProof.make(db, eventId: id)
                 try SubjectRights.recordAccess(db, command: "audit prove", details: ["event": id.uuidString.lowercased()])
@@ -203,7 +210,12 @@ enum AuditCommand: Command {
                 print(format == "json" ? Findings.json(findings) : findingsTable(findings).text, terminator: "")
                 return 0
             default:
-                throw UsageError(message: "unknown audit action '\(([action] + rest).joined(separator: " "))'", usage: usage)
+                // The arguments are not echoed: an install id given in place of --subject would
+                // land on stderr.
+                guard let wanted = argumentsByAction[action] else {
+                    throw UsageError(message: "unknown audit action '\(action)'", usage: usage)
+                }
+                throw UsageError(message: "'audit \(action)' takes \(wanted), got \(rest.count) argument\(rest.count == 1 ? "" : "s")", usage: usage)
             }
         } catch let error as ComplianceError {
             throw CommandFailure(message: error.description)

@@ -103,8 +103,11 @@ enum KeysCommand: Command {
                 print("\(key.id)\t\(key.app)\t\(format.string(from: key.createdAt))\t\(key.revokedAt.map { format.string(from: $0) } ?? "-")")
             }
         case "revoke":
-            guard arguments.positionals.count == 2, let id = Int64(arguments.positionals[1]) else {
+            guard arguments.positionals.count == 2 else {
                 throw UsageError(message: "'keys revoke' needs one key id (see 'permaudit keys list')", usage: usage)
+            }
+            guard let id = Int64(arguments.positionals[1]), id > 0 else {
+                throw UsageError(message: "'keys revoke': the key id must be a positive integer (see 'permaudit keys list')", usage: usage)
             }
             guard try APIKeys.revoke(id: id, on: try openDatabase(arguments)) else {
                 throw CommandFailure(message: "no active key with id \(id)")

@@ -183,26 +183,26 @@ enum IngestCommand: Command {
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
-        ("--batch-size <n>", "Events per write-path call (default 1000)."),
+        ("--batch-size <n>", "Events per write-path call, 1-10000 (default 1000)."),
         databaseOption,
     ]
     static let valueOptions: Set<String> = ["--rejects", "--batch-size", "--database-url"]
 
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         let inputs = arguments.positionals.isEmpty ? ["-"] : arguments.positionals
+        let batchSize = try arguments.int("--batch-size", default: 1000, range: 1...10_000)
+        if arguments.value("--rejects") == "-" {
+            throw UsageError(message: "'--rejects' needs a file: standard output carries the summary", usage: usage)
+        }
         for input in inputs where input != "-" {
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: input, isDirectory: &isDirectory) else { throw CommandFailure(message: "\(input): no such file") }
             guard !isDirectory.boolValue else { throw CommandFailure(message: "\(input): is a directory") }
             guard FileManager.default.isReadableFile(atPath: input) else { throw CommandFailure(message: "\(input): not readable") }
         }
-        if arguments.value("--rejects") == "-" {
-            throw UsageError(message: "'--rejects' needs a file: standard output carries the summary", usage: usage)
-        }
         if let path = arguments.value("--rejects"), let input = inputs.first(where: { sameFile($0, path) }) {
             throw UsageError(message: "'--rejects' names an input (\(input == "-" ? "standard input" : input)): the file would be emptied before it is read", usage: usage)
         }
-        let batchSize = try arguments.int("--batch-size", default: 1000, range: 1...10_000)
         let ingestor = Ingestor(log: EventLog(connection: try openDatabase(arguments)))
         ingestor.batchSize = batchSize
         let prefixInput = inputs.count > 1

@@ -112,6 +112,15 @@ final class CLITests: XCTestCase {
             (["audit", "seal", "--from", "3"], "'--from' does not apply to audit seal"),
             (["audit", "keygen", "--app", "x"], "'--app' does not apply to audit keygen"),
             (["keys", "list", "--app", "x"], "'--app' does not apply to keys list"),
+            (["keys", "revoke", "abc"], "'keys revoke': the key id must be a positive integer"),
+            // The usage error comes before the files are looked at.
+            (["ingest", "--batch-size", "0", "/nonexistent.ndjson"], "'--batch-size' must be an integer in 1...10000"),
+            (["audit", "nosuch"], "unknown audit action 'nosuch'"),
+            (["audit", "prove"], "'audit prove' takes one EVENT_ID, got 0 arguments"),
+            (["audit", "check-proof", "a", "b"], "'audit check-proof' takes one proof FILE, got 2 arguments"),
+            // An install id given in place of --subject is not echoed.
+            (["audit", "erase", "cli-secret-SECRETPW", "--app", "com.example.app", "--reason", "r"],
+             "'audit erase' takes no arguments (the install is --subject), got 1 argument"),
             (["serve", "--listen", "[::1]:8080"], "'--listen' must name an IPv4 address"),
             (["--bogus"], "unknown option '--bogus'"), (["--version", "extra"], "unexpected argument 'extra'"),
             (["help", "nosuch"], "unknown subcommand 'nosuch'"),
