@@ -100,7 +100,7 @@ public final class HTTPServer: @unchecked Sendable {
             }
         }
         guard let daemon else {
-            throw HTTPServerError(description: "cannot listen on \(host):\(port) (address in use, or no permission)")
+            throw HTTPServerError(description: "cannot listen on \(host):\(port) (the port is in use, the address is not one of this machine's, or no permission)")
         }
         self.port = permaudit_mhd_bound_port(daemon)
     }
