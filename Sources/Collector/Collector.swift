@@ -188,17 +188,17 @@ public final class Collector: @unchecked Sendable {
         default:
             return respond(Self.error(415, "Content-Encoding must be gzip or identity (one coding)"))
         }
-        let parsed: JSONValue
+        let parsed: JSONParser.Sized
         do {
             // Deeper than an event may nest, so that one too-deep event is rejected on its own
             // (by the validator) and its valid neighbours stored; bounded, against stack exhaustion.
-            parsed = try body.withUnsafeBufferPointer { try JSONParser.parse(bytes: $0, maxDepth: Self.maxBodyDepth) }
+            parsed = try body.withUnsafeBufferPointer { try JSONParser.parseSized(bytes: $0, maxDepth: Self.maxBodyDepth) }
         } catch let error as JSONSyntaxError where error.isTooDeep {
             return respond(Self.error(400, "the body nests deeper than \(Self.maxBodyDepth) levels"))
         } catch {
             return respond(Self.error(400, "malformed JSON: \(error)"))
         }
-        guard case let .array(elements) = parsed else {
+        guard case let .array(elements) = parsed.value else {
             return respond(Self.error(400, "the body must be a JSON array of events"))
         }
         guard !elements.isEmpty else { return respond(Self.error(400, "the array holds no events")) }
@@ -240,9 +240,9 @@ public final class Collector: @unchecked Sendable {
         var valid: [String] = []
         var validIds = Set<String>()
         var rejected: [RejectedGroup: Int] = [:]
-        for element in elements {
+        for (element, sentLength) in zip(elements, parsed.elementSentLengths) {
             ids.append(element["eventId"]?.stringValue)
-            switch validator.validate(element) {
+            switch validator.validate(element, sentLength: sentLength) {
             case let .success(event):
                 results.append(nil)
                 valid.append(element.serialized)

@@ -35,12 +35,11 @@ public struct ValidatedEvent: Sendable {
 /// `audit.event_problem(jsonb)` enforces the same rules in the same order.
 public struct EventValidator: Sendable {
     public static let maxEventBytes = 16 * 1024
-    /// Longer lines are refused without parsing: even written with every character as a
-    /// `\uXXXX` escape, an event of 16 KiB of compact JSON is shorter.
+    /// Longer lines are not read whole (they are over the size limit in any case): the tools'
+    /// memory stays bounded.
     public static let maxLineBytes = 16 * maxEventBytes
-    /// The rule reported for such a line (whitespace padding, which JSON allows, can make a valid
-    /// event's line that long; the tools still refuse it, to keep their memory bounded).
-    public static let longLineRule = "line longer than 256 KiB, not read (an event is at most 16 KiB of compact JSON)"
+    /// The rule reported for such a line.
+    public static let longLineRule = "line longer than 256 KiB, not read (an event is at most 16 KiB of JSON)"
     public static let maxFutureSkew: TimeInterval = 24 * 3600
     public static let topLevelFields: Set<String> = [
         "eventId", "type", "occurredAt", "app", "subject", "platform", "osVersion", "appVersion",
@@ -66,38 +65,37 @@ public struct EventValidator: Sendable {
         }
         // Parsed with room to spare: the nesting limit applies to the value once a repeated key's
         // earlier values are dropped (as the database sees it), which `validate(_:)` checks.
-        let parsed: Result<JSONValue, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
-            do { return .success(try JSONParser.parse(bytes: buffer, maxDepth: Self.parseDepth)) } catch let error as JSONSyntaxError where error.isTooDeep {
+        let parsed: Result<JSONParser.Sized, EventProblem> = bytes.withUnsafeBufferPointer { buffer in
+            do { return .success(try JSONParser.parseSized(bytes: buffer, maxDepth: Self.parseDepth)) } catch let error as JSONSyntaxError where error.isTooDeep {
                 return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
             } catch {
                 return .failure(EventProblem(field: "event", rule: "malformed JSON: \(error)"))
             }
         }
-        return parsed.flatMap(validate)
+        return parsed.flatMap { validate($0.value, sentLength: $0.sentLength) }
     }
 
     /// How deep the parser of a line goes before it gives up (a bound on its recursion).
     static let parseDepth = 512
 
     /// Validates an event parsed elsewhere (e.g. one of a batch): the nesting limit first.
-    public func validate(_ value: JSONValue) -> Result<ValidatedEvent, EventProblem> {
+    /// `sentLength`: the bytes the event spanned as the client sent it (`JSONParser.Sized`), where
+    /// known. The size limit holds for the event as sent and for its compact form alike: the
+    /// database, which receives `jsonb`, can measure only the compact form.
+    public func validate(_ value: JSONValue, sentLength: Int? = nil) -> Result<ValidatedEvent, EventProblem> {
         guard value.depth <= JSONParser.defaultMaxDepth else {
             return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
         }
-        return checked(value)
-    }
-
-    private func checked(_ value: JSONValue) -> Result<ValidatedEvent, EventProblem> {
         do {
-            return .success(try check(value))
+            return .success(try check(value, sentLength: sentLength ?? 0))
         } catch {
             return .failure(error)
         }
     }
 
-    private func check(_ value: JSONValue) throws(EventProblem) -> ValidatedEvent {
+    private func check(_ value: JSONValue, sentLength: Int) throws(EventProblem) -> ValidatedEvent {
         guard case let .object(members) = value else { throw EventProblem(field: "event", rule: "must be a JSON object") }
-        if value.compactTextLength > Self.maxEventBytes {
+        if sentLength > Self.maxEventBytes || value.compactTextLength > Self.maxEventBytes {
             throw EventProblem(field: "event", rule: "must be at most 16 KiB of JSON")
         }
         // Unknown fields, reported in jsonb key order (shorter keys first) like the database does.
@@ -377,7 +375,7 @@ public struct EventValidator: Sendable {
 }
 
 /// RFC 3339 `date-time` with a required offset (`Z` or `±hh:mm`, at most ±15:59 as PostgreSQL
-/// stores), years 0001-9999.
+/// stores), years 0001-9999, a fraction of any length.
 public enum RFC3339 {
     public static func parse(_ text: String) -> Date? {
         let b = Array(text.utf8)
@@ -406,7 +404,7 @@ public enum RFC3339 {
                 scale /= 10
                 index += 1
             }
-            guard index > start, index - start <= 9 else { return nil }
+            guard index > start else { return nil }  // RFC 3339: one digit or more, no upper bound
         }
         guard index < b.count else { return nil }
         var offset = 0

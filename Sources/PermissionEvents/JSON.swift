@@ -111,20 +111,35 @@ public struct JSONParser {
     }
 
     public static func parse(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int = defaultMaxDepth) throws -> JSONValue {
+        try parseSized(bytes: bytes, maxDepth: maxDepth).value
+    }
+
+    /// A value with the bytes it spans as sent, from its first byte to its last (the whitespace
+    /// around it not counted, the whitespace inside counted), and, for an array, each element's.
+    public struct Sized {
+        public var value: JSONValue
+        public var sentLength: Int
+        public var elementSentLengths: [Int]
+    }
+
+    public static func parseSized(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int = defaultMaxDepth) throws -> Sized {
         guard validUTF8(bytes) else {
             throw JSONSyntaxError(offset: firstInvalidUTF8(bytes), reason: "invalid UTF-8")
         }
         var parser = JSONParser(bytes: bytes, maxDepth: maxDepth)
         parser.skipWhitespace()
+        let start = parser.index
         let value = try parser.parseValue(depth: 1)
+        let length = parser.index - start
         parser.skipWhitespace()
         guard parser.index == bytes.count else { throw parser.error("unexpected data after the JSON value") }
-        return value
+        return Sized(value: value, sentLength: length, elementSentLengths: parser.topLevelElementLengths)
     }
 
     private let bytes: UnsafeBufferPointer<UInt8>
     private let maxDepth: Int
     private var index = 0
+    private var topLevelElementLengths: [Int] = []
 
     private init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
         self.bytes = bytes
@@ -218,7 +233,9 @@ public struct JSONParser {
         if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
         while true {
             skipWhitespace()
+            let start = index
             elements.append(try parseValue(depth: depth + 1))
+            if depth == 1 { topLevelElementLengths.append(index - start) }
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }

@@ -45,6 +45,16 @@ public enum EventFixtures {
         return out
     }
 
+    /// A valid event of `compactBytes` bytes of compact JSON (a `note` attribute pads it), sent
+    /// with `spaces` spaces after its opening brace (JSON allows whitespace between tokens).
+    public static func padded(compactBytes: Int, spaces: Int = 0, id: UUID = UUID(), app: String = "com.example.app") -> String {
+        func withNote(_ note: String) -> String {
+            event(id: id, app: app, overrides: ["attributes": "{\"permanent\":false,\"note\":\"\(note)\"}"])
+        }
+        let json = withNote(String(repeating: "x", count: compactBytes - withNote("").utf8.count))
+        return "{" + String(repeating: " ", count: spaces) + json.dropFirst()
+    }
+
     /// Invalid events, one per defect class of the contract, with the field the error must name.
     public static var defects: [(name: String, json: String, field: String)] {
         let future = ISO8601DateFormatter().string(from: Date().addingTimeInterval(3 * 86_400))

@@ -81,19 +81,23 @@ final class CollectorTests: XCTestCase {
             EventFixtures.event(id: good[2], type: "picker.completed", app: Self.app),
             // Nested deeper than 16 levels: this event is rejected, not the whole request.
             EventFixtures.event(app: Self.app, overrides: ["attributes": String(repeating: "{\"a\":", count: 17) + "1" + String(repeating: "}", count: 17)]),
+            // 16,385 bytes as sent, 16,284 of them compact: over the size limit.
+            EventFixtures.padded(compactBytes: 16_284, spaces: 101, app: Self.app),
         ]
         let response = try Self.post(client, events, key: key)
         XCTAssertEqual(response.status, 200, response.text)
         let results = try Self.results(response)
-        XCTAssertEqual(results.map(\.status), ["appended", "rejected", "appended", "rejected", "appended", "rejected"])
+        XCTAssertEqual(results.map(\.status), ["appended", "rejected", "appended", "rejected", "appended", "rejected", "rejected"])
         XCTAssertEqual(results[1].field, "occurredAt")
         XCTAssertEqual(results[3].field, "platform")
         XCTAssertEqual(results[5].field, "event")
         XCTAssertTrue(response.text.contains("nesting deeper than 16 levels"), response.text)
-        XCTAssertTrue(response.text.contains("\"appended\":3,\"duplicates\":0,\"rejected\":3"), response.text)
+        XCTAssertEqual(results[6].field, "event")
+        XCTAssertTrue(response.text.contains("must be at most 16 KiB of JSON"), response.text)
+        XCTAssertTrue(response.text.contains("\"appended\":3,\"duplicates\":0,\"rejected\":4"), response.text)
         XCTAssertEqual(try storedCount(good), 3)
         let recorded: Int = try Connection(url: url).query("select coalesce(sum(rejected), 0)::int from audit.intake_anomalies").scalar()
-        XCTAssertEqual(recorded, 3, "the rejected events are recorded with the valid ones")
+        XCTAssertEqual(recorded, 4, "the rejected events are recorded with the valid ones")
         XCTAssertFalse(response.text.contains("inst-"), "no subject in a response")
     }
 

@@ -199,15 +199,12 @@ final class AppendTests: XCTestCase {
     }
 
     /// "At most 16 KiB of JSON", measured as compact JSON: 16,384 bytes pass, 16,385 do not, in the
-    /// Swift validator, in the database's rule walk and through the write path alike.
-    func testTheSizeLimitIsSixteenKiBOfCompactJSON() throws {
-        func event(bytes: Int) -> String {
-            let base = EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"note\":\"\"}"])
-            return EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"note\":\"\(String(repeating: "x", count: bytes - base.utf8.count))\"}"])
-        }
+    /// Swift validator, in the database's rule walk and through the write path alike. The Swift
+    /// validator also measures the event as sent, whitespace included, where it has the text.
+    func testTheSizeLimitIsSixteenKiBOfJSON() throws {
         let validator = EventValidator()
         for (bytes, problem) in [(16_384, nil), (16_385, "event: must be at most 16 KiB of JSON")] {
-            let json = event(bytes: bytes)
+            let json = EventFixtures.padded(compactBytes: bytes)
             XCTAssertEqual(json.utf8.count, bytes)
             XCTAssertEqual(validator.problem(line: json), problem, "\(bytes) bytes")
             XCTAssertEqual(try databaseProblem(json), problem, "\(bytes) bytes")
@@ -217,6 +214,15 @@ final class AppendTests: XCTestCase {
                 XCTAssertThrowsError(try log.append([json]))
             }
         }
+        // Sent with whitespace: 16,384 bytes as sent pass, 16,385 do not, though compact they are
+        // shorter; the whitespace around the event is not part of it. The database, which
+        // receives jsonb, measures the compact form only.
+        let spacedLimit = EventFixtures.padded(compactBytes: 16_284, spaces: 100)
+        let spacedOver = EventFixtures.padded(compactBytes: 16_284, spaces: 101)
+        XCTAssertEqual([spacedLimit.utf8.count, spacedOver.utf8.count], [16_384, 16_385])
+        XCTAssertNil(validator.problem(line: "  " + spacedLimit + " \t"))
+        XCTAssertEqual(validator.problem(line: spacedOver), "event: must be at most 16 KiB of JSON")
+        XCTAssertNil(try databaseProblem(spacedOver))
         // Numbers as numeric prints them: 1e400 is stored (401 digits), 1e20000 is over the limit.
         for (number, problem) in [("1e400", nil), ("1e20000", "event: must be at most 16 KiB of JSON")] {
             let json = EventFixtures.event(overrides: ["attributes": "{\"permanent\":false,\"big\":\(number)}"])

@@ -247,7 +247,7 @@ final class IngestorTests: XCTestCase {
         let (ingestor, rejections) = try ingestor(.storeValid)
         let summary = try ingestor.ingest([path])
         XCTAssertEqual(summary.appended, 2)
-        XCTAssertEqual(rejections.items, ["2: event: line longer than 256 KiB, not read (an event is at most 16 KiB of compact JSON)"])
+        XCTAssertEqual(rejections.items, ["2: event: line longer than 256 KiB, not read (an event is at most 16 KiB of JSON)"])
     }
 
     func testManyFilesAndLastLineWithoutNewline() throws {

@@ -82,6 +82,23 @@ final class EventValidatorTests: XCTestCase {
         XCTAssertEqual(event.experiments, ["priming-2026": "treatment"])
     }
 
+    /// RFC 3339's fraction is one digit or more, with no upper bound.
+    func testAFractionOfAnyLength() {
+        for fraction in ["1", "123456789", "1234567890", String(repeating: "9", count: 40)] {
+            XCTAssertNil(validator.problem(line: EventFixtures.event(occurredAt: "2026-10-03T23:59:59.\(fraction)Z")), fraction)
+        }
+        XCTAssertEqual(validator.problem(line: EventFixtures.event(occurredAt: "2026-10-03T23:59:59.Z")),
+                       "occurredAt: must be an RFC 3339 timestamp with an offset, e.g. 2026-10-03T09:15:27.120Z")
+    }
+
+    /// Each element's bytes as sent, as the collector measures them.
+    func testSizedParseMeasuresTheValueAndEachElementAsSent() throws {
+        var text = " [ {\"a\": 1} ,[ ],\"x\" ] \n"
+        let sized = try text.withUTF8 { try JSONParser.parseSized(bytes: $0) }
+        XCTAssertEqual(sized.sentLength, 21)
+        XCTAssertEqual(sized.elementSentLengths, [8, 3, 3])
+    }
+
     func testCompactTextLengthIgnoresWhitespaceAndDroppedKeys() throws {
         // Written with spaces and a repeated key; compact, as jsonb keeps it: {"a":[1,2,3],"b":{"c":"x\"y","d":[],"e":{}}}
         let value = try JSONParser.parse(" { \"b\" : {\"c\":\"x\\\"y\", \"d\": [ ], \"e\": { } }, \"a\":[1, 2], \"a\": [1,2,3] } ")
