@@ -1,4 +1,4 @@
--- 045: occurredAt may have a fraction of any length.
+-- 045: occurredAt may have a fraction of any length; integer attributes name their upper bound.
 --
 -- The contract asks for RFC 3339, whose time-secfrac is "." 1*DIGIT: one digit or more, with no
 -- upper bound. The rule walk refused more than 9 digits (2026-03-01T09:15:27.1234567890Z), a
@@ -7,9 +7,12 @@
 -- clears only up to 9 digits and leaves a longer fraction to this rule walk, as it leaves every
 -- case it does not clear.
 --
+-- An integer attribute's message now names its upper bound too: 2147483648 was told "must be an
+-- integer >= 0", which it is.
+--
 -- The rule walk is restated whole (CREATE OR REPLACE needs the body): 018's, with the fraction's
--- check changed and nothing else. CREATE OR REPLACE resets the function's settings, so 041's
--- standard_conforming_strings is set again.
+-- check and those three messages changed and nothing else. CREATE OR REPLACE resets the
+-- function's settings, so 041's standard_conforming_strings is set again.
 
 create or replace function audit.event_problem(e jsonb, server_time timestamptz default now())
 returns text
@@ -216,12 +219,12 @@ begin
                 return 'attributes.picker: must be one of phpicker, androidPhotoPicker, androidOpenDocument';
             end if;
             if attrs ? 'selectionLimit' and not audit.is_integer_at_least(attrs->'selectionLimit', 0) then
-                return 'attributes.selectionLimit: must be an integer >= 0';
+                return 'attributes.selectionLimit: must be an integer from 0 to 2147483647';
             end if;
         when 'picker.completed' then
             if not attrs ? 'selectedCount' then return 'attributes.selectedCount: is required for picker.completed'; end if;
             if not audit.is_integer_at_least(attrs->'selectedCount', 1) then
-                return 'attributes.selectedCount: must be an integer >= 1';
+                return 'attributes.selectedCount: must be an integer from 1 to 2147483647';
             end if;
         when 'limitedSelection.changed' then
             if not attrs ? 'trigger' then return 'attributes.trigger: is required for limitedSelection.changed'; end if;
@@ -229,7 +232,7 @@ begin
                 return 'attributes.trigger: must be one of app, system, settings';
             end if;
             if attrs ? 'selectedCount' and not audit.is_integer_at_least(attrs->'selectedCount', 0) then
-                return 'attributes.selectedCount: must be an integer >= 0';
+                return 'attributes.selectedCount: must be an integer from 0 to 2147483647';
             end if;
         when 'permission.statusObserved' then
             if not attrs ? 'status' then return 'attributes.status: is required for permission.statusObserved'; end if;

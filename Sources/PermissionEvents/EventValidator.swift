@@ -260,7 +260,7 @@ public struct EventValidator: Sendable {
             case let .integer(minimum):
                 guard case let .number(text) = value, let number = Self.exactInteger(text),
                       number >= minimum, number <= 2_147_483_647 else {
-                    throw EventProblem(field: path, rule: "must be an integer >= \(minimum)")
+                    throw EventProblem(field: path, rule: "must be an integer from \(minimum) to 2147483647")
                 }
             case let .oneOf(choices):
                 guard case let .string(text) = value, choices.contains(text) else {

@@ -145,7 +145,7 @@ final class AppendTests: XCTestCase {
         for (count, valid) in [("3.0", true), ("1e2", true), ("20e-1", true), ("0.99999999999999999999", false), ("1.0000000000000001", false),
                                ("2147483647", true), ("2147483648", false), ("1e400", false), ("-0", false), ("0e5", false)] {
             let json = EventFixtures.event(type: "picker.completed", overrides: ["attributes": "{\"selectedCount\":\(count)}"])
-            let problem = valid ? nil : "attributes.selectedCount: must be an integer >= 1"
+            let problem = valid ? nil : "attributes.selectedCount: must be an integer from 1 to 2147483647"
             XCTAssertEqual(validator.problem(line: json), problem, count)
             XCTAssertEqual(try databaseProblem(json), problem, count)
         }
@@ -166,7 +166,7 @@ final class AppendTests: XCTestCase {
         let validator = EventValidator()
         let email = "subject: must be a pseudonymous install id, not an e-mail address"
         let deep = String(repeating: "[", count: 15) + String(repeating: "]", count: 15)
-        let integer = "attributes.selectedCount: must be an integer >= 1"
+        let integer = "attributes.selectedCount: must be an integer from 1 to 2147483647"
         let cases: [(name: String, json: String, problem: String?)] = [
             ("mark after @", EventFixtures.event(overrides: ["subject": "\"user@\u{0301}example.com\""]), email),
             ("mark after a dot", EventFixtures.event(overrides: ["subject": "\"a@b.\u{FE0F}com\""]), email),
