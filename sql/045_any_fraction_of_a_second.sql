@@ -3,15 +3,17 @@
 -- The contract asks for RFC 3339, whose time-secfrac is "." 1*DIGIT: one digit or more, with no
 -- upper bound. The rule walk refused more than 9 digits (2026-03-01T09:15:27.1234567890Z), a
 -- limit of our own. PostgreSQL reads any number of digits, and the stored time is cut to the
--- microsecond (audit.occurred_at, 034), so nothing else changes. audit.event_is_valid (015) still
--- clears only up to 9 digits and leaves a longer fraction to this rule walk, as it leaves every
--- case it does not clear.
+-- microsecond (audit.occurred_at, 034). The rule walk's 24 h check now reads the time through
+-- audit.occurred_at too: a cast refuses a date-time text of more than 128 characters (SQLSTATE
+-- 22007), which a fraction of some 110 digits makes. audit.event_is_valid (015) still clears only
+-- up to 9 digits and leaves a longer fraction to this rule walk, as it leaves every case it does
+-- not clear.
 --
 -- An integer attribute's message now names its upper bound too: 2147483648 was told "must be an
 -- integer >= 0", which it is.
 --
 -- The rule walk is restated whole (CREATE OR REPLACE needs the body): 018's, with the fraction's
--- check and those three messages changed and nothing else. CREATE OR REPLACE resets the
+-- check, its time for the 24 h check and those three messages changed, nothing else. CREATE OR REPLACE resets the
 -- function's settings, so 041's standard_conforming_strings is set again.
 
 create or replace function audit.event_problem(e jsonb, server_time timestamptz default now())
@@ -106,7 +108,7 @@ begin
        or coalesce(ts[9]::int, 0) > 15 or coalesce(ts[10]::int, 0) > 59 then  -- PostgreSQL stores offsets up to ±15:59
         return 'occurredAt: must be an RFC 3339 timestamp with an offset, e.g. 2026-10-03T09:15:27.120Z';
     end if;
-    occurred := (e->>'occurredAt')::timestamptz;
+    occurred := audit.occurred_at(e->>'occurredAt');  -- (a cast refuses a text over 128 characters: a long fraction)
     if occurred > server_time + interval '24 hours' then
         return 'occurredAt: must not be more than 24 h after server time';
     end if;

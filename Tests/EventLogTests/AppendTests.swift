@@ -198,6 +198,24 @@ final class AppendTests: XCTestCase {
         }
     }
 
+    /// RFC 3339's fraction has no upper bound: a long one passes both validators and the write
+    /// path (a cast to timestamptz refuses a text of more than 128 characters), and the stored
+    /// time is cut to the microsecond.
+    func testAFractionOfAnyLengthIsStoredToTheMicrosecond() throws {
+        let validator = EventValidator()
+        for (digits, offset) in [(10, "Z"), (200, "Z"), (200, "-03:30")] {
+            let time = "2026-10-03T23:59:59." + String(repeating: "9", count: digits) + offset
+            let json = EventFixtures.event(occurredAt: time)
+            XCTAssertNil(validator.problem(line: json), time)
+            XCTAssertNil(try databaseProblem(json), time)
+            let position = try XCTUnwrap(try log.append([json]).first?.position, time)
+            let stored: String = try db.query("""
+                select to_char(occurred_at at time zone 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') from audit.events where position = $1
+                """, [position]).scalar()
+            XCTAssertEqual(stored, offset == "Z" ? "2026-10-03 23:59:59.999999" : "2026-10-04 03:29:59.999999", time)
+        }
+    }
+
     /// "At most 16 KiB of JSON", measured as compact JSON: 16,384 bytes pass, 16,385 do not, in the
     /// Swift validator, in the database's rule walk and through the write path alike. The Swift
     /// validator also measures the event as sent, whitespace included, where it has the text.
