@@ -8,12 +8,13 @@ import Postgres
 /// batches to `audit.append_events`, which checks them again.
 ///
 /// All or nothing, the inputs are one transaction, which keeps every install's lock until it
-/// commits. Sent in input order, its batches would lock installs out of order across calls and
-/// could deadlock with any other writer. So the valid lines are first copied into a temporary
-/// table (no lock taken: an invalid line ends the ingest before it has locked anything), then
-/// appended in batches in (app, install, input order) order: the order in which every call of
-/// the write path locks, so the whole transaction locks in one global order. Each install's
-/// events keep their input order.
+/// commits. The valid lines are first copied into a temporary table (no lock taken: an invalid
+/// line ends the ingest before it has locked anything), then appended in batches in input
+/// order, so that positions follow the lines. Those batches lock installs out of order across
+/// calls and can deadlock with another writer; when PostgreSQL picks the ingest as the victim,
+/// it starts again with its batches in (app, install, input order) order: the order in which
+/// every call of the write path locks, so the whole transaction locks in one global order and
+/// cannot deadlock with them. Each install's events keep their input order either way.
 ///
 /// Storing the valid lines, each batch is its own transaction and is sent in input order; while
 /// the server appends one batch the next one is read and validated (libpq's asynchronous send).
@@ -163,10 +164,11 @@ public final class Ingestor {
 
     /// All or nothing: the valid lines are copied into a temporary table of the session, outside
     /// any transaction (nothing is locked while the inputs are read), then appended in one
-    /// transaction in the write path's lock order (see the type's documentation).
+    /// transaction: in input order, and, should that meet a deadlock, again in the write path's
+    /// lock order (see the type's documentation).
     private func ingestAllOrNothing(_ inputs: [String]) throws {
         let db = log.connection
-        defer { if db.isOpen { try? db.execute("drop table if exists pg_temp.permaudit_ingest, pg_temp.permaudit_ingest_sorted") } }
+        defer { if db.isOpen { try? db.execute("drop table if exists pg_temp.permaudit_ingest, pg_temp.permaudit_ingest_staged") } }
         try db.execute("create temporary table permaudit_ingest (input integer, line bigint, app text, subject text, event text)")
         try db.copyIn("copy permaudit_ingest (input, line, app, subject, event) from stdin") { writer in
             for (index, input) in inputs.enumerated() {
@@ -182,13 +184,38 @@ public final class Ingestor {
             }
         }
         guard !failed else { return }
+        // k: input order; s: the write path's lock order (install, then input order).
         let staged = try db.query("""
-            create temporary table permaudit_ingest_sorted as
-            select row_number() over (order by app, subject, input, line) as k, input, line, event
+            create temporary table permaudit_ingest_staged as
+            select row_number() over (order by input, line) as k,
+                   row_number() over (order by app, subject, input, line) as s, input, line, event
               from permaudit_ingest
             """).affectedRows
-        try db.execute("drop table permaudit_ingest; alter table permaudit_ingest_sorted add primary key (k)")
+        try db.execute("""
+            drop table permaudit_ingest;
+            alter table permaudit_ingest_staged add primary key (k);
+            create unique index on permaudit_ingest_staged (s)
+            """)
+        // In lock order, a deadlock can only be with a writer that does not lock in that order
+        // (another ingest on its first try, a client's transaction of several calls): that
+        // writer then gives way, or this one tries again.
+        var order = "k"
+        for attempt in 1... {
+            do {
+                return try appendStaged(staged, order: order, inputs)
+            } catch let error as PostgresError where error.code == .deadlockDetected && db.isOpen {
+                try db.execute("ROLLBACK")
+                guard attempt < 4 else { throw error }
+                summary.appended = 0
+                summary.duplicates = 0
+                order = "s"
+            }
+        }
+    }
 
+    /// One try of the all-or-nothing transaction, the staged lines in `order` (k or s).
+    private func appendStaged(_ staged: Int, order: String, _ inputs: [String]) throws {
+        let db = log.connection
         try db.execute("BEGIN")
         var done = 0
         while done < staged {
@@ -196,8 +223,8 @@ public final class Ingestor {
             do {
                 count(try EventLog.results(try db.preparedQuery("""
                     select event_id, position, status
-                      from audit.append_events((select ('[' || string_agg(event, ',' order by k) || ']')::jsonb
-                                                  from permaudit_ingest_sorted where k > $1 and k <= $2))
+                      from audit.append_events((select ('[' || string_agg(event, ',' order by \(order)) || ']')::jsonb
+                                                  from permaudit_ingest_staged where \(order) > $1 and \(order) <= $2))
                     """, [done, upTo])))
             } catch let error as PostgresError where db.isOpen && Self.isRefusal(error) {
                 try? db.execute("ROLLBACK")
@@ -208,11 +235,13 @@ public final class Ingestor {
                     // The search ended before it met the refusal again (a deadlock with another
                     // writer, a time-out, a clock rule at its edge): name this one, as refused.
                     let refusal = AppendError(error)
-                    let (input, line) = try db.query("select input, line from permaudit_ingest_sorted where k = $1",
+                    let (input, line) = try db.query("select input, line from permaudit_ingest_staged where \(order) = $1",
                                                      [done + 1 + (refusal?.index ?? 0)]).decode((Int, Int).self)[0]
                     try reject(inputs[input], line, Self.reason(error) + (refusal == nil ? " in a batch of \(upTo - done) events with this line" : ""), [])
                 }
                 return
+            } catch let error as PostgresError where error.code == .deadlockDetected {
+                throw error  // the caller rolls back and tries again
             } catch {
                 if db.isOpen { try? db.execute("ROLLBACK") }
                 throw error
@@ -244,20 +273,15 @@ public final class Ingestor {
     /// or at a deadlock with another writer (it takes the installs' locks in input order).
     private func reportRefusals(_ inputs: [String]) throws {
         let db = log.connection
-        try db.execute("""
-            create temporary table permaudit_ingest_check as
-            select row_number() over (order by input, line) as n, input, line, event from permaudit_ingest_sorted;
-            alter table permaudit_ingest_check add primary key (n);
-            create temporary table permaudit_ingest_appended (event_id uuid)
-            """)
-        defer { try? db.execute("drop table if exists pg_temp.permaudit_ingest_check, pg_temp.permaudit_ingest_appended") }
-        let rows: Int = try db.query("select count(*) from pg_temp.permaudit_ingest_check").scalar()
+        try db.execute("create temporary table permaudit_ingest_appended (event_id uuid)")
+        defer { try? db.execute("drop table if exists pg_temp.permaudit_ingest_appended") }
+        let rows: Int = try db.query("select count(*) from pg_temp.permaudit_ingest_staged").scalar()
         func append(_ lines: [Int]) throws {
             try db.preparedQuery("""
                 insert into pg_temp.permaudit_ingest_appended (event_id)
                 select r.event_id
-                  from audit.append_events((select ('[' || string_agg(event, ',' order by n) || ']')::jsonb
-                                              from pg_temp.permaudit_ingest_check where n = any($1::bigint[]))) r
+                  from audit.append_events((select ('[' || string_agg(event, ',' order by k) || ']')::jsonb
+                                              from pg_temp.permaudit_ingest_staged where k = any($1::bigint[]))) r
                  where r.status = 'appended'
                 """, ["{" + lines.map(String.init).joined(separator: ",") + "}"])
         }
@@ -301,15 +325,15 @@ public final class Ingestor {
             // The line, and for a conflict the earlier copy of its id that this search appended.
             let (input, line, firstInput, firstLine) = try db.query("""
                 select r.input, r.line, f.input, f.line
-                  from pg_temp.permaudit_ingest_check r
+                  from pg_temp.permaudit_ingest_staged r
                   left join lateral (
-                      select c.input, c.line from pg_temp.permaudit_ingest_check c
+                      select c.input, c.line from pg_temp.permaudit_ingest_staged c
                        where $2 and (c.event::jsonb->>'eventId')::uuid = (r.event::jsonb->>'eventId')::uuid
-                         and c.n < r.n and c.n <> all($3::bigint[])
+                         and c.k < r.k and c.k <> all($3::bigint[])
                          and exists (select from pg_temp.permaudit_ingest_appended a
                                       where a.event_id = (r.event::jsonb->>'eventId')::uuid)
-                       order by c.n limit 1) f on true
-                 where r.n = $1
+                       order by c.k limit 1) f on true
+                 where r.k = $1
                 """, [n, conflict, refusedLines]).decode((Int, Int, Int?, Int?).self)[0]
             var because = reason
             if let firstInput, let firstLine {

@@ -123,9 +123,9 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(try count(), 1)
     }
 
-    /// The search for every refused line can end before it meets the refusal again (here a lock
-    /// time-out on an install another writer holds, which the search, in input order, reaches
-    /// first): the ingest still fails, naming the line refused first.
+    /// The search for every refused line can end early (here at a lock time-out on an install
+    /// another writer holds, after the refused line): the ingest still fails, naming what it found,
+    /// and says the search stopped.
     func testARefusalIsNamedWhenTheSearchForOthersEndsEarly() throws {
         let id = UUID()
         try EventLog(connection: db).append([EventFixtures.event(id: id, subject: "a-conflict")])
@@ -138,9 +138,9 @@ final class IngestorTests: XCTestCase {
         ingestor.batchSize = 1
         let rejections = LockedList()
         ingestor.onReject = { rejections.append("\($0.line): \($0.reason)") }
-        let summary = try ingestor.ingest([try write([EventFixtures.event(subject: "p-held"), changed])])
+        let summary = try ingestor.ingest([try write([changed, EventFixtures.event(subject: "p-held")])])
         XCTAssertEqual(summary.rejected, 1)
-        XCTAssertEqual(rejections.items, ["2: eventId: an event with this id was already stored with different content"])
+        XCTAssertEqual(rejections.items, ["1: eventId: an event with this id was already stored with different content"])
         XCTAssertTrue(ingestor.stoppedLookingForRefusals)
         XCTAssertEqual(try count(), 1)
     }
@@ -169,19 +169,19 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(try db.query("select count(*) from pg_class where relname like 'permaudit_ingest%'").scalar(Int.self), 0)
     }
 
-    /// All or nothing, the inputs are one transaction that keeps every install's lock: its
-    /// batches go by install, in the order in which every call of the write path locks, so it
-    /// cannot deadlock with another writer. Sent in line order (batches of one line: z-last,
-    /// then a-first), it would hold z-last while waiting for a-first, held by a transaction
-    /// that then waits for z-last.
-    func testAllOrNothingLocksInstallsInTheWritePathsOrder() throws {
+    /// All or nothing, the inputs are one transaction that keeps every install's lock. Sent in
+    /// line order (batches of one line: z-last, then a-first), it holds z-last while it waits for
+    /// a-first, held by a transaction that then waits for z-last: a deadlock. The ingest, the
+    /// victim here (it waits first and looks for the deadlock first), starts again in the order
+    /// in which every call of the write path locks, which cannot deadlock, and stores both.
+    func testAllOrNothingTriesAgainInTheWritePathsLockOrderAfterADeadlock() throws {
         try EventLog(connection: db).append([EventFixtures.event(subject: "a-first"), EventFixtures.event(subject: "z-last")])
         let path = try write([EventFixtures.event(subject: "z-last"), EventFixtures.event(subject: "a-first")])
         let holder = try Connection(url: url)
+        try holder.execute("set deadlock_timeout = '60s'")  // the ingest finds the deadlock, however loaded the machine
         try holder.execute("BEGIN")
         try EventLog(connection: holder).append([EventFixtures.event(subject: "a-first")])
-        let url = self.url
-        let ingest = Concurrently.run(on: url) { connection in
+        let ingest = Concurrently.run(on: url + "&options=-c%20deadlock_timeout%3D5s") { connection in
             let ingestor = Ingestor(log: EventLog(connection: connection))
             ingestor.batchSize = 1
             return try ingestor.ingest([path])
@@ -190,8 +190,24 @@ final class IngestorTests: XCTestCase {
         try EventLog(connection: holder).append([EventFixtures.event(subject: "z-last")])
         try holder.execute("COMMIT")
         XCTAssertEqual(try ingest().get(), Ingestor.Summary(appended: 2, duplicates: 0, rejected: 0, lines: 2))
-        // Each install's events keep their input order.
         XCTAssertEqual(try count(), 6)
+        // The second try went by install: a-first's event before z-last's.
+        let order = try db.query("select s.subject from audit.events e join audit.subject_streams s using (stream_key) order by e.position desc limit 2")
+            .decode(String.self)
+        XCTAssertEqual(order, ["z-last", "a-first"])
+    }
+
+    /// Without a deadlock, all or nothing appends in input order: positions follow the lines, across
+    /// installs and files, as with --rejects.
+    func testAllOrNothingAppendsInInputOrder() throws {
+        let a = try write((0..<6).map { i in EventFixtures.event(subject: "inst-\(["m", "b", "z"][i % 3])") }, name: "a.ndjson")
+        let b = try write((0..<4).map { i in EventFixtures.event(subject: "inst-\(["y", "a"][i % 2])") }, name: "b.ndjson")
+        let (ingestor, _) = try ingestor(.allOrNothing, batchSize: 4)
+        XCTAssertEqual(try ingestor.ingest([a, b]).appended, 10)
+        let expected = try [a, b].flatMap { try String(contentsOfFile: $0, encoding: .utf8).split(separator: "\n").map { line in
+            try JSONParser.parse(String(line))["eventId"]!.stringValue!
+        } }
+        XCTAssertEqual(try db.query("select payload->>'eventId' from audit.events order by position").decode(String.self), expected)
     }
 
     /// The writer role, which reads no table, can ingest all or nothing (its temporary table).
