@@ -31,7 +31,8 @@ public final class HTTPClient {
     deinit { disconnect() }
 
     /// Sends a request and reads its response; reconnects once if the server had closed an idle
-    /// connection before the request was sent.
+    /// connection before the request was sent. A server that answers before it has read the whole
+    /// body (a 413) and closes makes the rest of the send fail: its answer is read and returned.
     public func send(_ method: String, _ path: String, headers: [(String, String)] = [], body: [UInt8] = []) throws -> Response {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nContent-Length: \(body.count)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
@@ -39,7 +40,12 @@ public final class HTTPClient {
         let request = Array(head.utf8) + body
         if socket < 0 { try connect() }
         do {
-            try write(request)
+            do {
+                try write(request)
+            } catch let error as HTTPClientError where error.connectionClosed {
+                if let answer = try? readResponse() { return answer }
+                throw error
+            }
             return try readResponse()
         } catch let error as HTTPClientError where error.connectionClosed && buffer.isEmpty {
             disconnect()
