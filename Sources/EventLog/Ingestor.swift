@@ -11,10 +11,11 @@ import Postgres
 /// commits. The valid lines are first copied into a temporary table (no lock taken: an invalid
 /// line ends the ingest before it has locked anything), then appended in batches in input
 /// order, so that positions follow the lines. Those batches lock installs out of order across
-/// calls and can deadlock with another writer; when PostgreSQL picks the ingest as the victim,
-/// it starts again with its batches in (app, install, input order) order: the order in which
-/// every call of the write path locks, so the whole transaction locks in one global order and
-/// cannot deadlock with them. Each install's events keep their input order either way.
+/// calls and could deadlock with another writer: the first time this try waits for a lock longer
+/// than 200 ms, it rolls back and starts again with its batches in (app, install, input order)
+/// order, the order in which every call of the write path locks, so the whole transaction locks
+/// in one global order and cannot deadlock with them. Each install's events keep their input
+/// order either way.
 ///
 /// Storing the valid lines, each batch is its own transaction and is sent in input order; while
 /// the server appends one batch the next one is read and validated (libpq's asynchronous send).
@@ -196,15 +197,15 @@ public final class Ingestor {
             alter table permaudit_ingest_staged add primary key (k);
             create unique index on permaudit_ingest_staged (s)
             """)
-        // In lock order, a deadlock can only be with a writer that does not lock in that order
-        // (another ingest on its first try, a client's transaction of several calls), which
-        // finishes or gives way in turn: eight concurrent ingests over the same 200 installs
-        // met 17 deadlocks in two rounds, each ingest at most a few. The bound is a guard.
+        // In input order, the first try gives way at its first long lock wait: another writer
+        // holds an install it needs, and a deadlock is possible. In lock order, a deadlock can only
+        // be with a writer that does not lock in that order (a client's transaction of several
+        // calls), which finishes or gives way in turn; the bound is a guard.
         var order = "k"
         for attempt in 1... {
             do {
                 return try appendStaged(staged, order: order, inputs)
-            } catch let error as PostgresError where error.code == .deadlockDetected && db.isOpen {
+            } catch let error as PostgresError where db.isOpen && Self.isLockConflict(error, firstTry: order == "k") {
                 try db.execute("ROLLBACK")
                 guard attempt < 20 else { throw error }
                 summary.appended = 0
@@ -214,10 +215,26 @@ public final class Ingestor {
         }
     }
 
+    /// How long the first try, in input order, waits for a lock before it starts again in lock order.
+    static let inputOrderLockWait = "200ms"
+
+    /// A deadlock, or, on the first try, its lock wait given up (the write path reports a lock
+    /// wait it gives up on an erased install's new stream as a serialization failure).
+    private static func isLockConflict(_ error: PostgresError, firstTry: Bool) -> Bool {
+        error.code == .deadlockDetected || (firstTry && (error.code == .lockNotAvailable || error.code == .serializationFailure))
+    }
+
     /// One try of the all-or-nothing transaction, the staged lines in `order` (k or s).
     private func appendStaged(_ staged: Int, order: String, _ inputs: [String]) throws {
         let db = log.connection
         try db.execute("BEGIN")
+        if order == "k" {
+            // The session's own time-out where it is shorter; reset at the end of the transaction.
+            try db.query("""
+                select set_config('lock_timeout', $1, true)
+                 where current_setting('lock_timeout') = '0' or current_setting('lock_timeout')::interval > $1::interval
+                """, [Self.inputOrderLockWait])
+        }
         var done = 0
         while done < staged {
             let upTo = min(done + batchSize, staged)
@@ -241,7 +258,7 @@ public final class Ingestor {
                     try reject(inputs[input], line, Self.reason(error) + (refusal == nil ? " in a batch of \(upTo - done) events with this line" : ""), [])
                 }
                 return
-            } catch let error as PostgresError where error.code == .deadlockDetected {
+            } catch let error as PostgresError where Self.isLockConflict(error, firstTry: order == "k") {
                 throw error  // the caller rolls back and tries again
             } catch {
                 if db.isOpen { try? db.execute("ROLLBACK") }
