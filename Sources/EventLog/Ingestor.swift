@@ -200,7 +200,8 @@ public final class Ingestor {
         // In input order, the first try gives way at its first long lock wait: another writer
         // holds an install it needs, and a deadlock is possible. In lock order, a deadlock can only
         // be with a writer that does not lock in that order (a client's transaction of several
-        // calls), which finishes or gives way in turn; the bound is a guard.
+        // calls), which finishes or gives way in turn, and a serialization failure only follows an
+        // erasure; the bound is a guard.
         var order = "k"
         for attempt in 1... {
             do {
@@ -218,10 +219,12 @@ public final class Ingestor {
     /// How long the first try, in input order, waits for a lock before it starts again in lock order.
     static let inputOrderLockWait = "200ms"
 
-    /// A deadlock, or, on the first try, its lock wait given up (the write path reports a lock
-    /// wait it gives up on an erased install's new stream as a serialization failure).
+    /// A deadlock, a serialization failure (the write path's answer when an install it waited for
+    /// was erased and another writer holds its new stream: "run the call again"), or, on the first
+    /// try, its lock wait given up. On a later try a lock time-out is the session's own setting,
+    /// and it stands.
     private static func isLockConflict(_ error: PostgresError, firstTry: Bool) -> Bool {
-        error.code == .deadlockDetected || (firstTry && (error.code == .lockNotAvailable || error.code == .serializationFailure))
+        error.code == .deadlockDetected || error.code == .serializationFailure || (firstTry && error.code == .lockNotAvailable)
     }
 
     /// One try of the all-or-nothing transaction, the staged lines in `order` (k or s).

@@ -196,6 +196,36 @@ final class IngestorTests: XCTestCase {
         XCTAssertEqual(order, ["z-last", "a-first"])
     }
 
+    /// The write path answers 40001 ("run the call again") when an install it waited for was
+    /// erased and another writer holds its new stream. All or nothing runs the transaction again
+    /// then, in lock order too, and stores the file.
+    func testAllOrNothingRunsAgainWhenAnInstallItWaitedForWasErased() throws {
+        let x = { EventFixtures.event(subject: "x") }, y = { EventFixtures.event(subject: "y") }
+        try EventLog(connection: db).append([x(), y()])
+        let h = try Connection(url: url), g = try Connection(url: url)
+        try h.execute("BEGIN")
+        try EventLog(connection: h).append([x()])
+        try g.execute("BEGIN")
+        try EventLog(connection: g).append([y()])
+        let erasure = Concurrently.run(on: url) { try $0.query("select audit.erase_subject('com.example.app', 'x', 'test')").scalar(Int64?.self) }
+        try Concurrently.waitForALockWait(db, backends: 1)
+        let path = try write([x(), y()])
+        let ingest = Concurrently.run(on: url) { connection in try Ingestor(log: EventLog(connection: connection)).ingest([path]) }
+        // Past the first try's 200 ms: the try in lock order waits for x (H).
+        try Concurrently.waitForALockWait(db, backends: 2)
+        Thread.sleep(forTimeInterval: 0.5)
+        try Concurrently.waitForALockWait(db, backends: 2)
+        try h.execute("COMMIT")
+        XCTAssertNotNil(try erasure().get())  // the ingest now waits for y (G)
+        let b = try Connection(url: url)
+        try b.execute("BEGIN")
+        XCTAssertEqual(try EventLog(connection: b).append([x()]).map(\.status), [.appended], "x re-created by B")
+        try g.execute("COMMIT")  // the ingest locks y, then finds x held by B: 40001
+        XCTAssertEqual(try EventLog(connection: b).append([y()]).map(\.status), [.appended])
+        try b.execute("COMMIT")
+        XCTAssertEqual(try ingest().get(), Ingestor.Summary(appended: 2, duplicates: 0, rejected: 0, lines: 2))
+    }
+
     /// Concurrent all-or-nothing ingests of overlapping files in different orders wait for each
     /// other on their first try, and those that wait start again in lock order: every ingest
     /// completes, every event is stored once, every stream's versions are 0..n-1.
