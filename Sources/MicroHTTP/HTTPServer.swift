@@ -176,7 +176,10 @@ public final class HTTPServer: @unchecked Sendable {
                 exchange.phase = .answered
                 return refuseRequest(connection, Self.badRequest(ambiguity))
             }
-            if let length = exchange.request.header("content-length").flatMap(Int.init), length > maxBodyBytes {
+            // Digits past Int's range (2^63 and more, which libmicrohttpd reads up to 2^64 - 1)
+            // are too large too; other malformed values are libmicrohttpd's 400.
+            if let text = exchange.request.header("content-length"), !text.isEmpty,
+               text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), Int(text).map({ $0 > maxBodyBytes }) ?? true {
                 exchange.phase = .answered
                 return refuseRequest(connection, Self.tooLarge(maxBodyBytes))
             }

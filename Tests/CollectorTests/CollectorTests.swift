@@ -232,6 +232,15 @@ final class CollectorTests: XCTestCase {
         let large = [UInt8]("[".utf8) + [UInt8](repeating: 0x20, count: 1 << 20) + [UInt8]("]".utf8)
         let oversized = try Self.post(client, body: large, key: key)
         XCTAssertEqual(oversized.status, 413)
+        // A Content-Length past Int's range, which libmicrohttpd would read on (up to 2^64 - 1),
+        // is refused before the body, as any over 1 MiB.
+        for length in ["9223372036854775808", "18446744073709551615"] {
+            let raw = try HTTPClient(port: client.port)
+            try raw.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(length)\r\n\r\n[1]".utf8))
+            let refused = try raw.readResponse()
+            XCTAssertEqual(refused.status, 413, length)
+            XCTAssertTrue(refused.text.contains("larger than 1048576"), refused.text)
+        }
         // 16 MiB of spaces compress to ~16 KiB: refused at 1 MiB of output.
         let bomb = Gzip.compress([UInt8](repeating: 0x20, count: 16 << 20))
         XCTAssertLessThan(bomb.count, 1 << 20)
