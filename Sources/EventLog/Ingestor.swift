@@ -165,8 +165,8 @@ public final class Ingestor {
 
     /// All or nothing: the valid lines are copied into a temporary table of the session, outside
     /// any transaction (nothing is locked while the inputs are read), then appended in one
-    /// transaction: in input order, and, should that meet a deadlock, again in the write path's
-    /// lock order (see the type's documentation).
+    /// transaction: in input order, and, should another writer make it wait, again in the write
+    /// path's lock order (see the type's documentation).
     private func ingestAllOrNothing(_ inputs: [String]) throws {
         let db = log.connection
         defer { if db.isOpen { try? db.execute("drop table if exists pg_temp.permaudit_ingest, pg_temp.permaudit_ingest_staged") } }
@@ -209,8 +209,6 @@ public final class Ingestor {
             } catch let error as PostgresError where db.isOpen && Self.isLockConflict(error, firstTry: order == "k") {
                 try db.execute("ROLLBACK")
                 guard attempt < 20 else { throw error }
-                summary.appended = 0
-                summary.duplicates = 0
                 order = "s"
             }
         }
@@ -230,6 +228,8 @@ public final class Ingestor {
     /// One try of the all-or-nothing transaction, the staged lines in `order` (k or s).
     private func appendStaged(_ staged: Int, order: String, _ inputs: [String]) throws {
         let db = log.connection
+        summary.appended = 0  // a try before this one was rolled back
+        summary.duplicates = 0
         try db.execute("BEGIN")
         if order == "k" {
             // The session's own time-out where it is shorter; reset at the end of the transaction.
@@ -304,7 +304,7 @@ public final class Ingestor {
                   from audit.append_events((select ('[' || string_agg(event, ',' order by k) || ']')::jsonb
                                               from pg_temp.permaudit_ingest_staged where k = any($1::bigint[]))) r
                  where r.status = 'appended'
-                """, ["{" + lines.map(String.init).joined(separator: ",") + "}"])
+                """, [lines])
         }
         var refused: [(n: Int, reason: String, conflict: Bool)] = []
         try db.execute("BEGIN")
@@ -341,7 +341,7 @@ public final class Ingestor {
             // or statement time-out: report what was found.
         }
         if done < rows || refused.count + summary.rejected >= 100 { stoppedLookingForRefusals = true }
-        let refusedLines = "{" + refused.map { String($0.n) }.joined(separator: ",") + "}"
+        let refusedLines = refused.map(\.n)
         for (n, reason, conflict) in refused.sorted(by: { $0.n < $1.n }) {
             // The line, and for a conflict the earlier copy of its id that this search appended.
             let (input, line, firstInput, firstLine) = try db.query("""

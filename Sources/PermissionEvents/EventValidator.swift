@@ -79,15 +79,15 @@ public struct EventValidator: Sendable {
     static let parseDepth = 512
 
     /// Validates an event parsed elsewhere (e.g. one of a batch): the nesting limit first.
-    /// `sentLength`: the bytes the event spanned as the client sent it (`JSONParser.Sized`), where
-    /// known. The size limit holds for the event as sent and for its compact form alike: the
+    /// `sentLength`: the bytes the event spanned as the client sent it (`JSONParser.Sized`), 0
+    /// where not known. The size limit holds for the event as sent and for its compact form alike: the
     /// database, which receives `jsonb`, can measure only the compact form.
-    public func validate(_ value: JSONValue, sentLength: Int? = nil) -> Result<ValidatedEvent, EventProblem> {
+    public func validate(_ value: JSONValue, sentLength: Int = 0) -> Result<ValidatedEvent, EventProblem> {
         guard value.depth <= JSONParser.defaultMaxDepth else {
             return .failure(EventProblem(field: "event", rule: JSONSyntaxError.tooDeep(JSONParser.defaultMaxDepth)))
         }
         do {
-            return .success(try check(value, sentLength: sentLength ?? 0))
+            return .success(try check(value, sentLength: sentLength))
         } catch {
             return .failure(error)
         }
