@@ -182,8 +182,8 @@ enum StatsCommand: Command {
         unless grouped or filtered by app (a note on stderr names it), and an experiment without
         a variant named control has no baseline (a note on stderr names it too). Text from
         clients (app versions, variants) is printed as it is stored, but in the table format
-        control characters show as \\u{1B}. Numbers under 0.00005 in the table format are
-        shown in scientific notation (1.9e-06); csv and json keep every digit.
+        control characters show as \\u{1B}. Numbers other than zero under 0.00005 (in size) in
+        the table format are shown in scientific notation (1.9e-06); csv and json keep every digit.
         """
     static let options = [
         ("--by <dims>", "Group by these dimensions (comma-separated)."), ("--app <app>", "Only this app (1-255 characters [A-Za-z0-9._-])."),

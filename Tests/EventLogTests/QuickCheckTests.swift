@@ -58,7 +58,7 @@ final class QuickCheckTests: XCTestCase {
                        q(String(repeating: "é", count: 128)), q(String(repeating: "é", count: 129)),
                        q(String(repeating: "a", count: 255)), q(String(repeating: "a", count: 256)),
                        q("17"), q("17.4.1"), q("17..1"), q(".1"), q("1."), q("1234567890.1"), q("123456789.1"), q("17.a"),
-                       q("com.example app"), q("com.example/app"), q("émoji 🙂"), q("x'); drop table audit.events; --"),
+                       q("com.example_app-1"), q("com.example app"), q("com.example/app"), q("émoji 🙂"), q("x'); drop table audit.events; --"),
                        q("ios"), q("android"), q("iOS"), q("picker.opened"), q("permission.maybe"),
                        q("1.\u{0301}"), q("17.\u{200D}"), q("e\u{0301}"), q("\u{E9}"), q("🇫🇷"), q("\u{FEFF}x"), q("x\\u0041y")]
         let uuids = [q("0b6f2c3e-7a41-4c55-9d2a-6f1e8b3c9a10"), q("0B6F2C3E-7A41-4C55-9D2A-6F1E8B3C9A10"),
@@ -73,12 +73,15 @@ final class QuickCheckTests: XCTestCase {
                      "2026-10-03T09:15:27.1234567890Z", "2026-10-03T09:15:27.Z", "2026-10-03T09:15:27+15:59",
                      "2026-10-03T09:15:27+16:00", "2026-10-03T09:15:27-00:00", "2026-10-03T09:15:27+01:60",
                      "2026-10-03t09:15:27z", "2026-10-03T09:15:27", "2026-10-03 09:15:27Z", "2026-10-03T9:15:27Z",
-                     "26-10-03T09:15:27Z", "12026-10-03T09:15:27Z", "2999-01-01T00:00:00Z", "2026-10-03T09:15:27+0100"].map(q)
+                     "26-10-03T09:15:27Z", "12026-10-03T09:15:27Z", "2999-01-01T00:00:00Z", "2026-10-03T09:15:27+0100",
+                     "1900-02-29T00:00:00Z", "2000-02-29T00:00:00Z", "2026-09-31T00:00:00Z",
+                     // just inside and just past the 24 hours a client clock may be ahead
+                     Self.rfc3339(minutesFromNow: 24 * 60 - 10), Self.rfc3339(minutesFromNow: 24 * 60 + 10)].map(q)
         let counts = ["0", "1", "-1", "1.5", "1.0", "1e3", "999999999", "1000000000", "2147483647", "2147483648",
                       "\"2\"", "true", "null"]
         let experiments = ["{}", "{\"\":\"x\"}", "{\"a\":\"\"}", "{\"a\":1}", "{\"a\":null}", "[]", "\"x\"",
                            "{\"\(String(repeating: "k", count: 64))\":\"v\"}", "{\"\(String(repeating: "k", count: 65))\":\"v\"}",
-                           "{\"k\":\"\(String(repeating: "v", count: 65))\"}", "{\"a\":\"x\",\"b\":\"y\"}", "{\"a\":{\"b\":\"c\"}}",
+                           "{\"k\":\"\(String(repeating: "v", count: 64))\"}", "{\"k\":\"\(String(repeating: "v", count: 65))\"}", "{\"a\":\"x\",\"b\":\"y\"}", "{\"a\":{\"b\":\"c\"}}",
                            // keys an error must not print as written (018), and one it may
                            "{\"a\\nb\":1}", "{\"a\\u001b[31mb\":\"\"}", "{\"\(String(repeating: "é", count: 3))\":1}", "{\"ok key: x\":1}"]
         var attributes = ["{}", "[]", "\"x\"", "null", "{\"x\":{\"y\":1}}", "{\"x\":[1]}", "{\"note\":\"kept\"}",
@@ -108,7 +111,8 @@ final class QuickCheckTests: XCTestCase {
             // unknown fields whose names an error must not print as written (018), and one it may
             "line\\nbreak": ["1"], "esc\\u001b[31mred": ["1"], String(repeating: "u", count: 65): ["1"], "SUBJECT s-1: x": ["1"],
         ]
-        var events: [String] = []
+        // around the size limit, in bytes of compact JSON
+        var events = [16_383, 16_384, 16_385, 16_400].map { EventFixtures.padded(compactBytes: $0) }
         for type in EventType.allCases {
             for (field, values) in candidates {
                 events.append(EventFixtures.event(type: type.rawValue, removing: [field]))
@@ -123,6 +127,12 @@ final class QuickCheckTests: XCTestCase {
             }
         }
         return events
+    }
+
+    static func rfc3339(minutesFromNow minutes: Int) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        return formatter.string(from: Date().addingTimeInterval(Double(minutes) * 60))
     }
 
     func testTheQuickCheckNeverClearsAnInvalidEvent() throws {
