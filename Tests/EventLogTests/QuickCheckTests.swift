@@ -135,6 +135,24 @@ final class QuickCheckTests: XCTestCase {
         return formatter.string(from: Date().addingTimeInterval(Double(minutes) * 60))
     }
 
+    /// Both SQL checks take the server's time: exactly 24 h ahead of it is allowed, a
+    /// millisecond more is not.
+    func testTheFutureLimitIsExactlyTwentyFourHours() throws {
+        let server = "2026-10-02T09:15:27.120Z"
+        func verdicts(_ occurredAt: String) throws -> (problem: String?, cleared: Bool) {
+            let event = EventFixtures.event(occurredAt: occurredAt)
+            let row = try db.query("select audit.event_problem($1::jsonb, $2::timestamptz), audit.event_is_valid($1::jsonb, $2::timestamptz)",
+                                   [event, server])
+            return (try row.value(0, 0, as: String?.self), try row.value(0, 1, as: Bool.self))
+        }
+        XCTAssertNil(try verdicts("2026-10-03T09:15:27.120Z").problem)
+        for ahead in ["2026-10-03T09:15:27.121Z", "2026-10-03T11:15:27.120+01:00", "2026-10-03T15:15:27Z"] {
+            let (problem, cleared) = try verdicts(ahead)
+            XCTAssertEqual(problem, "occurredAt: must not be more than 24 h after server time", ahead)
+            XCTAssertFalse(cleared, ahead)
+        }
+    }
+
     func testTheQuickCheckNeverClearsAnInvalidEvent() throws {
         let events = Self.gridEvents()
         var total = Verdicts()

@@ -67,10 +67,11 @@ final class EventValidatorTests: XCTestCase {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
         let strict = EventValidator(now: now)
         let formatter = ISO8601DateFormatter()
-        let inside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(23 * 3600)))
-        let outside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(25 * 3600)))
-        if case .failure = strict.validate(line: inside) { XCTFail("23 h ahead rejected") }
-        if case .success = strict.validate(line: outside) { XCTFail("25 h ahead accepted") }
+        formatter.formatOptions.insert(.withFractionalSeconds)
+        let inside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(24 * 3600)))
+        let outside = EventFixtures.event(occurredAt: formatter.string(from: now.addingTimeInterval(24 * 3600 + 0.001)))
+        if case .failure = strict.validate(line: inside) { XCTFail("exactly 24 h ahead rejected") }
+        if case .success = strict.validate(line: outside) { XCTFail("24 h and 1 ms ahead accepted") }
     }
 
     func testOsMajorAndDimensions() {
