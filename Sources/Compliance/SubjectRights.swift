@@ -35,10 +35,30 @@ public enum SubjectRights {
         }.joined()
     }
 
-    /// Deletes the link between the install id and its stream; returns the stream key, or nil
-    /// when the install is unknown. The events stay in the log, unlinked.
-    public static func erase(_ db: Connection, app: String, subject: String, reason: String) throws -> Int64? {
-        try db.query("select audit.erase_subject($1, $2, $3)", [app, subject, reason]).decode((Int64?).self)[0]
+    /// What an erasure did.
+    public struct Erasure: Sendable, Equatable {
+        /// The stream whose link to the install id was deleted.
+        public var streamKey: Int64
+        /// How many of the stream's events hold the install id in a field of their own (a flow,
+        /// an experiment, an attribute: the contract does not forbid it), which the immutable
+        /// log keeps. Letter case is ignored; ids shorter than 6 characters are not looked for,
+        /// as for the erasure's reason (043).
+        public var eventsHoldingTheId: Int
+    }
+
+    /// Deletes the link between the install id and its stream, in the caller's transaction;
+    /// nil when the install is unknown (or erased already). The events stay in the log, unlinked.
+    public static func erase(_ db: Connection, app: String, subject: String, reason: String) throws -> Erasure? {
+        let erased: Int64? = try db.query("select audit.erase_subject($1, $2, $3)", [app, subject, reason]).scalar()
+        guard let key = erased else { return nil }
+        // The id as it appears inside the payload's JSON text: its JSON string without the quotes.
+        let holding = try db.query("""
+            select count(*)::int
+              from (select to_jsonb($2::text)::text as quoted) id, audit.events e
+             where e.stream_key = $1 and length($2::text) >= 6
+               and strpos(lower(e.payload::text), lower(substr(id.quoted, 2, length(id.quoted) - 2))) > 0
+            """, [key, subject]).scalar(Int.self)
+        return Erasure(streamKey: key, eventsHoldingTheId: holding)
     }
 
     /// Records an audit command (never an install id) in audit.access_log.

@@ -195,6 +195,12 @@ public struct Verifier {
         let valid = sealed.filter { now[$0.eventId] == $0 }.count
         guard sealed != actual else { return (valid, nil) }
         let k = (0..<min(sealed.count, actual.count)).first { sealed[$0] != actual[$0] } ?? min(sealed.count, actual.count)
+        // A leaf hash covers its event's position and id: where every event hashes to the signed
+        // leaf, the events are as sealed, and what differs is the position or id stored beside it.
+        if sealed.map(\.hash) == actual.map(\.hash) {
+            return (sealed.count, Failure(kind: .alteredSeal, sealId: sealId, position: actual[k].position,
+                                          detail: "the positions or event ids stored with the leaf hashes were changed; the events are as sealed"))
+        }
         let sealedIds = Set(sealed.map(\.eventId))
         func moved(_ leaf: SealedLeaf, to position: Int64, _ outside: Bool) -> Failure {
             let event = "event \(leaf.eventId.uuidString.lowercased())"

@@ -22,18 +22,22 @@ enum AuditCommand: Command {
           prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
           check-proof FILE --public-key FILE
                                       verify a proof offline, without any database
-          subject --app A --subject S [--format ndjson|json]
+          subject --app A --subject S|--subject-stdin [--format ndjson|json]
                                       export every event of one install, with positions and seals
-          erase --app A --subject S --reason TEXT
+          erase --app A --subject S|--subject-stdin --reason TEXT
                                       delete the link between the install id and its events; the
-                                      events and the seals stay, the erasure is recorded
+                                      events and the seals stay, the erasure is recorded; exit 0
+                                      erased, 3 nothing to erase (unknown, or erased already), 1
+                                      failed; a warning names how many events hold the id in
+                                      another field (which the log keeps)
           permissions [--app A] [--format table|json]
                                       over-permission findings with severity, evidence and the
                                       platform guidance behind each
 
-        Every command that reads the database records itself in audit.access_log (never an install
-        id). Keys: the private key file is created with mode 0600; seal and verify find the pair in
-        $PERMAUDIT_HOME/keys/ unless --key / --public-key say otherwise. See docs/compliance.md.
+        Every command but keygen that reads the database records itself in audit.access_log (never
+        an install id). Keys: the private key file is created with mode 0600; seal and verify find
+        the pair in $PERMAUDIT_HOME/keys/ unless --key / --public-key say otherwise. See
+        docs/compliance.md.
         """
     static let options = [
         ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
@@ -43,6 +47,7 @@ enum AuditCommand: Command {
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
         ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal, and by verify when intact); tampered if no seal has it."),
         ("--app <app>", "subject, erase: the app; permissions: only this app (1-255 characters [A-Za-z0-9._-])."), ("--subject <id>", "subject, erase: the install id."),
+        ("--subject-stdin", "subject, erase: read the install id from the first line of standard input instead (it stays out of the process list and the shell's history)."),
         ("--reason <text>", "erase: why (recorded for good; must not contain the install id)."), ("--format <format>", "subject: ndjson (default) or json; permissions: table (default) or json."),
         databaseOption,
     ]
@@ -57,8 +62,8 @@ enum AuditCommand: Command {
         "verify": ["--public-key", "--key-dir", "--from", "--to", "--expect-seal", "--database-url"],
         "prove": ["--database-url"],
         "check-proof": ["--public-key", "--database-url"],
-        "subject": ["--app", "--subject", "--format", "--database-url"],
-        "erase": ["--app", "--subject", "--reason", "--database-url"],
+        "subject": ["--app", "--subject", "--subject-stdin", "--format", "--database-url"],
+        "erase": ["--app", "--subject", "--subject-stdin", "--reason", "--database-url"],
         "permissions": ["--app", "--format", "--database-url"],
     ]
 
@@ -192,13 +197,22 @@ enum AuditCommand: Command {
                     throw UsageError(message: "erase needs --reason", usage: usage)
                 }
                 let db = try openDatabase(arguments)
-                let key = try db.transaction { () -> Int64? in
-                    let key = try SubjectRights.erase(db, app: app, subject: subject, reason: reason)
-                    try SubjectRights.recordAccess(db, command: "audit erase", details: ["app": app, "streamKey": key.map(String.init) ?? "none"])
-                    return key
+                let erasure = try db.transaction { () -> SubjectRights.Erasure? in
+                    let erasure = try SubjectRights.erase(db, app: app, subject: subject, reason: reason)
+                    var details = ["app": app, "streamKey": erasure.map { String($0.streamKey) } ?? "none"]
+                    if let erasure { details["eventsHoldingTheId"] = String(erasure.eventsHoldingTheId) }
+                    try SubjectRights.recordAccess(db, command: "audit erase", details: details)
+                    return erasure
                 }
-                guard let key else { throw CommandFailure(message: "no such install for app \(app) (unknown or already erased)") }
-                print("erased: the install's link to stream \(key) is deleted; its events stay in the log, unlinked, and the seals still verify")
+                guard let erasure else {
+                    // Nothing to do: a retried request can tell this from a failure (exit 1).
+                    printError("nothing erased: no such install for app \(app) (unknown, or erased already)")
+                    return 3
+                }
+                print("erased: the install's link to stream \(erasure.streamKey) is deleted; its events stay in the log, unlinked, and the seals still verify")
+                if erasure.eventsHoldingTheId > 0 {
+                    printError("warning: \(erasure.eventsHoldingTheId) of its events hold the install id in a field of their own (flow, experiments or attributes), which the log keeps for good (docs/compliance.md)")
+                }
                 return 0
             case ("permissions", 0):
                 let format = arguments.value("--format") ?? "table"
@@ -232,9 +246,16 @@ enum AuditCommand: Command {
     }
 
     static func install(_ arguments: ParsedArguments) throws -> (String, String) {
-        guard let app = try arguments.app(), let subject = arguments.value("--subject") else {
-            throw UsageError(message: "--app and --subject are required", usage: usage)
+        guard let app = try arguments.app(), arguments.value("--subject") != nil || arguments.has("--subject-stdin") else {
+            throw UsageError(message: "--app and --subject (or --subject-stdin) are required", usage: usage)
         }
-        return (app, subject)
+        guard arguments.has("--subject-stdin") else { return (app, arguments.value("--subject")!) }
+        guard arguments.value("--subject") == nil else {
+            throw UsageError(message: "give the install id once: --subject or --subject-stdin", usage: usage)
+        }
+        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+            throw UsageError(message: "--subject-stdin: standard input has no install id on its first line", usage: usage)
+        }
+        return (app, line)
     }
 }

@@ -16,8 +16,8 @@ final class AuditCommandTests: XCTestCase {
         try? FileManager.default.removeItem(at: home)
     }
 
-    func permaudit(_ arguments: [String]) throws -> CLITests.Run {
-        try CLITests.run(arguments, url: url, environment: ["PERMAUDIT_HOME": home.path])
+    func permaudit(_ arguments: [String], stdin: String? = nil) throws -> CLITests.Run {
+        try CLITests.run(arguments, url: url, stdin: stdin, environment: ["PERMAUDIT_HOME": home.path])
     }
 
     /// Removes the key directory of `home`; keygen (run by `run`) then refuses to make another
@@ -55,7 +55,7 @@ final class AuditCommandTests: XCTestCase {
     func testKeygenSealVerifyProveEraseAndTheAccessRecord() throws {
         let db = try Connection(url: url)
         try TestDatabase.append([EventFixtures.event(subject: "cli-a"), EventFixtures.event(subject: "cli-b"),
-                                 EventFixtures.event(subject: "cli-secret-42")], to: db)
+                                 EventFixtures.event(subject: "cli-secret-42", overrides: ["attributes": #"{"note":"CLI-secret-42"}"#])], to: db)
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 2, "no key yet: cannot verify")
 
         let keygen = try permaudit(["audit", "keygen"])
@@ -93,6 +93,11 @@ final class AuditCommandTests: XCTestCase {
         let export = try permaudit(["audit", "subject", "--app", "com.example.app", "--subject", "cli-secret-42"])
         XCTAssertEqual(export.status, 0, export.stderr)
         XCTAssertTrue(export.stdout.contains("\"sealId\":1,\"event\":{"), export.stdout)
+        // The id from standard input instead, out of the process list: the same export.
+        XCTAssertEqual(try permaudit(["audit", "subject", "--app", "com.example.app", "--subject-stdin"], stdin: "cli-secret-42\n").stdout, export.stdout)
+        XCTAssertEqual(try permaudit(["audit", "subject", "--app", "com.example.app", "--subject-stdin"], stdin: "").status, 64, "no id")
+        XCTAssertEqual(try permaudit(["audit", "subject", "--app", "com.example.app", "--subject", "cli-secret-42", "--subject-stdin"],
+                                     stdin: "cli-secret-42\n").status, 64, "the id twice")
         XCTAssertEqual(try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42"]).status, 64, "needs a reason")
         for action in ["subject", "erase"] {
             let badApp = try permaudit(["audit", action, "--app", "bad app!", "--subject", "cli-secret-42"] + (action == "erase" ? ["--reason", "request 7"] : []))
@@ -103,14 +108,21 @@ final class AuditCommandTests: XCTestCase {
         XCTAssertEqual(reasonWithTheId.status, 1)
         XCTAssertTrue(reasonWithTheId.stderr.contains("reason: must not contain the install id"), reasonWithTheId.stderr)
         XCTAssertEqual(reasonWithTheId.stderr.components(separatedBy: "cli-secret-42").count, 1, "the id is not repeated")
-        let erase = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "request 7"])
+        let erase = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject-stdin", "--reason", "request 7"], stdin: "cli-secret-42\n")
         XCTAssertEqual(erase.status, 0, erase.stderr)
         XCTAssertFalse(erase.stdout.contains("cli-secret-42"))
-        XCTAssertEqual(try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "again"]).status, 1)
+        XCTAssertTrue(erase.stderr.hasPrefix("warning: 1 of its events hold the install id in a field of their own"), erase.stderr)
+        XCTAssertFalse(erase.stderr.lowercased().contains("cli-secret-42"))
+        let again = try permaudit(["audit", "erase", "--app", "com.example.app", "--subject", "cli-secret-42", "--reason", "again"])
+        XCTAssertEqual(again.status, 3, "nothing to erase")
+        XCTAssertEqual(again.stderr, "nothing erased: no such install for app com.example.app (unknown, or erased already)\n")
         XCTAssertEqual(try permaudit(["audit", "verify"]).status, 0, "erasure leaves the seals intact")
 
         let record = try db.query("select command, details::text from audit.access_log order by access_id").decode((String, String).self)
-        XCTAssertEqual(record.map(\.0), ["audit verify", "audit seal", "audit verify", "audit prove", "audit.subject_events", "audit erase", "audit erase", "audit verify"])
+        XCTAssertEqual(record.map(\.0), ["audit verify", "audit seal", "audit verify", "audit prove", "audit.subject_events", "audit.subject_events",
+                                          "audit erase", "audit erase", "audit verify"])
+        XCTAssertEqual(record[6].1, #"{"app": "com.example.app", "streamKey": "3", "eventsHoldingTheId": "1"}"#)
+        XCTAssertEqual(record[7].1, #"{"app": "com.example.app", "streamKey": "none"}"#)
         XCTAssertFalse(record.contains { $0.1.contains("cli-secret-42") })
 
         // Tampering: exit 1 and the position.
@@ -231,7 +243,7 @@ final class AuditCommandTests: XCTestCase {
 
         // The key lost: keygen for this database refuses to make another, which could not
         // extend the chain, and writes nothing.
-        try assertKeygenRefusedAfterTheKeysAreLost(in: home, lastSeal: 2, permaudit)
+        try assertKeygenRefusedAfterTheKeysAreLost(in: home, lastSeal: 2) { try permaudit($0) }
         // Another key all the same (made without naming the database) may not extend the chain:
         // the follower says so, stops sealing and goes on projecting.
         let unchecked = try CLITests.run(["audit", "keygen"], url: "", environment: ["PERMAUDIT_HOME": home.path])

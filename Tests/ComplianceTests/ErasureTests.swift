@@ -47,7 +47,7 @@ final class ErasureTests: XCTestCase {
         XCTAssertEqual(try db.query("select count(*)::int from audit.erasures").scalar(Int.self), erasuresBefore)
         XCTAssertEqual(try SubjectRights.export(db, app: "com.example.app", subject: secret).count, 2, "still linked")
 
-        let key = try XCTUnwrap(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "GDPR art. 17 request 42"))
+        let key = try XCTUnwrap(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "GDPR art. 17 request 42")).streamKey
         XCTAssertNil(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "again"))
         XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: "other", reason: " "))
         try SubjectRights.recordAccess(db, command: "audit erase", details: ["app": "com.example.app", "streamKey": "\(key)"])
@@ -101,5 +101,26 @@ final class ErasureTests: XCTestCase {
         XCTAssertThrowsError(try SubjectRights.erase(db, app: "com.example.app", subject: "ab12cd", reason: "request for AB12CD")) { error in
             XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA021", "\(error)")
         }
+    }
+
+    /// The contract does not keep an install id out of an event's other fields, and the log
+    /// keeps them for good: an erasure says how many of the install's events hold the id (in any
+    /// letter case, as it is written inside the JSON), ids of 6 characters or more.
+    func testAnErasureCountsTheEventsThatStillHoldTheId() throws {
+        let url = try TestDatabase.create()
+        defer { TestDatabase.drop(url) }
+        let db = try Connection(url: url)
+        let secret = #"inst-"q"-77"#
+        try TestDatabase.append([
+            EventFixtures.event(subject: secret, overrides: ["attributes": #"{"permanent":false,"installId":"INST-\"Q\"-77"}"#]),
+            EventFixtures.event(subject: secret, overrides: ["experiments": #"{"inst-\"q\"-77":"a"}"#]),
+            EventFixtures.event(subject: secret),
+            EventFixtures.event(subject: "another-install", overrides: ["attributes": #"{"installId":"inst-\"q\"-77"}"#]),
+            EventFixtures.event(subject: "abc12", overrides: ["attributes": #"{"installId":"abc12"}"#]),
+        ], to: db)
+        XCTAssertEqual(try SubjectRights.erase(db, app: "com.example.app", subject: secret, reason: "request 9")?.eventsHoldingTheId, 2,
+                       "not the other install's event")
+        XCTAssertEqual(try SubjectRights.erase(db, app: "com.example.app", subject: "abc12", reason: "request 10")?.eventsHoldingTheId, 0,
+                       "an id under 6 characters is not looked for")
     }
 }

@@ -122,6 +122,14 @@ final class TamperTests: XCTestCase {
             ("alter a seal's root", "update audit.seals set merkle_root = sha256(merkle_root) where seal_id = 2", .alteredSeal, 101),
             // Bytes are flipped (writing a fixed byte changes nothing when it is already that byte: 1 run in 256).
             ("alter a seal's leaves", "update audit.seals set leaves = set_byte(leaves, 39, get_byte(leaves, 39) # 255) where seal_id = 3", .alteredSeal, 201),
+            // Only the position or the event id stored beside a leaf's hash (bytes 56-63 and 64-79
+            // of the second leaf): the events are as sealed, and the seal is what was changed.
+            ("alter a position in a seal's leaves", "update audit.seals set leaves = set_byte(leaves, 60, get_byte(leaves, 60) # 255) where seal_id = 3", .alteredSeal, 202),
+            ("alter an event id in a seal's leaves", "update audit.seals set leaves = set_byte(leaves, 64, get_byte(leaves, 64) # 255) where seal_id = 3", .alteredSeal, 202),
+            ("swap two leaves' positions", """
+                update audit.seals set leaves = overlay(overlay(leaves placing substr(leaves, 57, 8) from 1) placing substr(leaves, 1, 8) from 57)
+                 where seal_id = 3
+                """, .alteredSeal, 201),
             ("corrupt a signature", "update audit.seals set signature = set_byte(signature, 0, get_byte(signature, 0) # 255) where seal_id = 1", .badSignature, 1),
         ]
         for (name, sql, kind, position) in cases {
