@@ -131,10 +131,8 @@ public struct EmbeddedCluster: Sendable {
         return stat[stat.index(after: end)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
     }
 
-    /// Creates the cluster if needed, starts it if stopped, and creates the database. Idempotent
-    /// and safe to call from several processes at once (serialised by a lock file).
-    @discardableResult
-    public func start() throws -> String {
+    /// Refuses a home the cluster cannot live in: `start` and `db status|url|stop` check it first.
+    public func checkHome() throws {
         // The server's socket, run/.s.PGSQL.5432, must fit a Unix socket address (107 bytes).
         let socket = socketDirectory.appendingPathComponent(".s.PGSQL.5432").path
         guard socket.utf8.count <= 107 else {
@@ -146,6 +144,13 @@ public struct EmbeddedCluster: Sendable {
         guard !socketDirectory.path.unicodeScalars.contains(where: { ",\"$`\\".unicodeScalars.contains($0) || $0.value < 0x20 || $0.value == 0x7F }) else {
             throw ClusterError("PERMAUDIT_HOME \(home.path.debugDescription) contains a comma, a double quote, $, `, a backslash or a control character, which the PostgreSQL tools cannot take in its paths")
         }
+    }
+
+    /// Creates the cluster if needed, starts it if stopped, and creates the database. Idempotent
+    /// and safe to call from several processes at once (serialised by a lock file).
+    @discardableResult
+    public func start() throws -> String {
+        try checkHome()
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
         return try withLock {
             if try status() == .notCreated { try initialise() }

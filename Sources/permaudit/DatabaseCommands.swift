@@ -73,6 +73,7 @@ enum DbCommand: Command {
     static func run(_ arguments: ParsedArguments) throws -> Int32 {
         let action = try arguments.action(["start", "stop", "status", "url"])
         let cluster = EmbeddedCluster.fromEnvironment()
+        try cluster.checkHome()
         switch action {
         case "start":
             let url = try cluster.start()

@@ -17,9 +17,10 @@ enum ReportCommand: Command {
         no script, no network), report.json (format: docs/report-format.md) and csv/<table>.csv.
         Sections: summary and data quality; denial, limited and grant rates overall and by
         platform, OS major, app version, permission and flow with 95% Wilson intervals; weekly
-        trend; pre-permission effect (primed vs unprimed, by platform, each experiment); picker
-        adoption, completion and full-access share; current permission states. --from and --to
-        bound the attempt day (YYYY-MM-DD, inclusive; --from after --to is an error).
+        trend; pre-permission effect (primed vs unprimed, by platform, by app, each experiment);
+        picker adoption, completion and full-access share; current permission states; compliance:
+        over-permission findings (as 'permaudit audit permissions'). --from and --to bound the
+        attempt day (YYYY-MM-DD, inclusive; --from after --to is an error).
         """
     static let options = [
         ("--format <format>", "md, html, csv, json or all (default all)."), ("--out <dir>", "Output directory (default reports)."),

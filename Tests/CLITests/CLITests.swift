@@ -95,6 +95,19 @@ final class CLITests: XCTestCase {
         }
     }
 
+    /// A home the PostgreSQL tools cannot take is refused by every action of `db`, not only by
+    /// start: `db url` printed a URL that libpq reads as a list of two hosts.
+    func testEveryDbActionRefusesAHomeWithAComma() throws {
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("pa,\(UUID().uuidString.prefix(8))")
+        for action in ["start", "stop", "status", "url"] {
+            let run = try Self.run(["db", action], url: "", environment: ["PERMAUDIT_HOME": home.path])
+            XCTAssertEqual(run.status, 1, action)
+            XCTAssertEqual(run.stdout, "", action)
+            XCTAssertTrue(run.stderr.contains("contains a comma, a double quote"), "\(action): \(run.stderr)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: home.path))
+    }
+
     func testUsageErrorsExit64() throws {
         for (arguments, message) in [
             (["frobnicate"], "unknown subcommand 'frobnicate'"), (["ingest", "--nope"], "unknown option '--nope'"),
