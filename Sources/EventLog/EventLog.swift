@@ -5,7 +5,7 @@ import Postgres
 /// The append-only permission event log: appends through the SQL write path
 /// `audit.append_events(jsonb)` and reads in committed order.
 ///
-///     let log = EventLog(connection: try Database.connect())
+///     let log = EventLog(connection: try Connection(url: "postgresql://writer@db.example/permaudit"))
 ///     let results = try log.append(["{\"eventId\": ...}"])
 public final class EventLog {
     public let connection: Connection
@@ -36,7 +36,8 @@ public final class EventLog {
     /// Whether `text` is, around JSON whitespace, one `{...}` whose braces and brackets pair up
     /// outside strings: what it holds is the write path's to judge.
     static func isOneObject(_ text: String) -> Bool {
-        var depth = 0, inString = false, escaped = false, closed = false
+        // The closing byte each open brace or bracket waits for, innermost last.
+        var closers: [UInt8] = [], inString = false, escaped = false, closed = false
         for byte in text.utf8 {
             if inString {
                 if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
@@ -45,13 +46,13 @@ public final class EventLog {
             switch byte {
             case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"): continue
             case _ where closed: return false
-            case UInt8(ascii: "{"): depth += 1
-            case UInt8(ascii: "["): guard depth > 0 else { return false }; depth += 1
+            case UInt8(ascii: "{"): closers.append(UInt8(ascii: "}"))
+            case UInt8(ascii: "["): guard !closers.isEmpty else { return false }; closers.append(UInt8(ascii: "]"))
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                depth -= 1
-                if depth == 0 { closed = true } else if depth < 0 { return false }
-            case UInt8(ascii: "\""): guard depth > 0 else { return false }; inString = true
-            default: guard depth > 0 else { return false }
+                guard closers.popLast() == byte else { return false }
+                closed = closers.isEmpty
+            case UInt8(ascii: "\""): guard !closers.isEmpty else { return false }; inString = true
+            default: guard !closers.isEmpty else { return false }
             }
         }
         return closed
@@ -184,8 +185,10 @@ public struct AppendError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// Opens connections: `--database-url`, else `DATABASE_URL`, else the embedded cluster
-/// (created and started on first use).
+/// Opens connections as the command-line tool does: `--database-url`, else `DATABASE_URL`,
+/// else the embedded cluster (created and started on first use, under `$PERMAUDIT_HOME` or
+/// `./.permaudit`). A server that must not fall back to a private database when its
+/// environment lacks the URL opens `Connection(url:)` itself.
 public enum Database {
     public static func resolveURL(_ explicit: String?) throws -> String {
         if let explicit, !explicit.isEmpty { return explicit }

@@ -5,7 +5,8 @@ import Foundation
 ///
 /// A connection is used from one thread at a time (libpq's rule); open one per thread. It sets
 /// its session first (`sessionSettings`): unqualified names resolve in `pg_catalog` and
-/// `pg_temp` only, so name other tables with their schema.
+/// `pg_temp` only, so name other tables with their schema. `DISCARD ALL` or `RESET ALL` sent
+/// through it reset those settings too: open a new connection instead.
 ///
 ///     let db = try Connection(url: "postgresql:///permaudit?host=/tmp")
 ///     let n: Int = try db.query("select count(*) from audit.events").scalar()
@@ -225,13 +226,16 @@ public final class Connection {
         let sent = withCStrings(texts) { pointers in
             PQsendQueryParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
         }
-        guard sent == 1 else { throw PostgresError.connection(handle, "send failed") }
+        // On a healthy connection libpq refuses what the caller got wrong (a second statement
+        // before the first one's result, too many parameters), not the server.
+        guard sent == 1 else { throw PostgresError.connection(handle, "send failed", code: isOpen ? .misuse : .connectionFailure) }
     }
 
     /// Waits for the result of the statement sent with `sendQuery`.
     @discardableResult
     public func receiveResult() throws -> QueryResult {
         let first = PQgetResult(handle)
+        if first == nil, isOpen { throw PostgresError(code: .misuse, message: "receiveResult: no statement was sent (sendQuery first)") }
         drainResults()
         return try check(first, context: "query failed")
     }
@@ -257,7 +261,7 @@ public final class Connection {
     private static func texts(_ sql: String, _ parameters: [(any PostgresEncodable)?]) throws -> [String?] {
         try refuseNUL(sql, in: "the SQL text")
         return try parameters.enumerated().map { index, parameter in
-            guard let text = parameter?.postgresText else { return nil }
+            guard let text = try parameter?.checkedPostgresText() else { return nil }
             try refuseNUL(text, in: "parameter $\(index + 1)")
             return text
         }
@@ -273,7 +277,11 @@ public final class Connection {
         }
     }
 
-    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// Runs `body` in a transaction: committed when it returns, rolled back when it throws. A
+    /// statement that failed inside `body` aborts the transaction even when `body` catches its
+    /// error (PostgreSQL's rule; a COMMIT then rolls back): `transaction` then rolls back and
+    /// throws `25P02` rather than return as if committed. Put a statement that may fail, and
+    /// whose failure `body` handles, in a `savepoint`.
     @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         // BEGIN inside a transaction only warns, and the COMMIT below would end the caller's.
@@ -283,6 +291,10 @@ public final class Connection {
         try execute("BEGIN")
         do {
             let value = try body()
+            guard PQtransactionStatus(handle) != PQTRANS_INERROR else {
+                throw PostgresError(code: .inFailedSQLTransaction,
+                                    message: "a statement in the transaction failed and its error was caught: rolled back, nothing was committed (use savepoint around a statement that may fail)")
+            }
             try execute("COMMIT")
             return value
         } catch {

@@ -33,6 +33,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         public static let invalidTextRepresentation = Code("22P02")
         public static let duplicateDatabase = Code("42P04")
         public static let activeSQLTransaction = Code("25001")
+        public static let inFailedSQLTransaction = Code("25P02")
+        public static let datetimeFieldOverflow = Code("22008")
         public static let raiseException = Code("P0001")
         /// Not a server code: libpq could not reach the server or lost the connection.
         public static let connectionFailure = Code("08006")
@@ -42,7 +44,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         /// or the row or column asked for is not in the result.
         public static let decodingFailure = Code("XX0DE")
         /// Not a server code: the library was called against its contract (a statement other
-        /// than a COPY given to `copyIn`/`copyOut`, a time-out that is not a number).
+        /// than a COPY given to `copyIn`/`copyOut`, a time-out that is not a number, a result
+        /// asked for with nothing sent, a second statement sent before the first one's result).
         public static let misuse = Code("XX0MU")
         /// A NUL character (U+0000) in text for the server, which PostgreSQL text cannot hold;
         /// refused before anything is sent (the C string would end at it), as the server
@@ -119,13 +122,15 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         )
     }
 
-    static func connection(_ connection: OpaquePointer?, _ context: String) -> PostgresError {
+    /// libpq's own error message after `context`: a lost connection (08006) unless `code` says
+    /// otherwise.
+    static func connection(_ connection: OpaquePointer?, _ context: String, code: Code = .connectionFailure) -> PostgresError {
         var text = context
         if let connection, let raw = PQerrorMessage(connection) {
             let message = String(cString: raw).trimmingWhitespace()
             if !message.isEmpty { text = "\(context): \(message)" }
         }
-        return PostgresError(code: .connectionFailure, message: text)
+        return PostgresError(code: code, message: text)
     }
 }
 

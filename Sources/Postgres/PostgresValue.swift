@@ -4,6 +4,13 @@ import Foundation
 public protocol PostgresEncodable: Sendable {
     /// The value in PostgreSQL's text input format.
     var postgresText: String { get }
+    /// `postgresText`, or an error for a value that has no text PostgreSQL would read as that
+    /// value (a `Date` out of range); what a query sends. The default is `postgresText`.
+    func checkedPostgresText() throws -> String
+}
+
+extension PostgresEncodable {
+    public func checkedPostgresText() throws -> String { postgresText }
 }
 
 /// A value that can be read from a result column (text format).
@@ -21,8 +28,11 @@ extension PostgresDecodable {
 /// `"` and `\`, so that commas, braces, spaces and quotes stay inside their element. Cast the
 /// parameter in the SQL (`$1::text[]`, `$1::bigint[]`).
 extension Array: PostgresEncodable where Element: PostgresEncodable {
-    public var postgresText: String {
-        "{" + map { "\"" + $0.postgresText.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
+    public var postgresText: String { Self.literal(map(\.postgresText)) }
+    public func checkedPostgresText() throws -> String { Self.literal(try map { try $0.checkedPostgresText() }) }
+
+    private static func literal(_ elements: [String]) -> String {
+        "{" + elements.map { "\"" + $0.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
             .joined(separator: ",") + "}"
     }
 }
@@ -88,8 +98,17 @@ extension Optional: PostgresDecodable where Wrapped: PostgresDecodable {
 }
 
 extension Date: PostgresEncodable, PostgresDecodable {
-    /// ISO 8601 with microseconds, UTC.
+    /// ISO 8601 with microseconds, UTC; `infinity` or `-infinity` for an infinite date.
     public var postgresText: String { PostgresTimestamp.format(self) }
+    /// Refuses a date before year 1, after year 293,000 (the microseconds since 1970 no longer
+    /// fit in 64 bits) or not a number, before anything is sent.
+    public func checkedPostgresText() throws -> String {
+        guard PostgresTimestamp.canFormat(self) else {
+            throw PostgresError(code: .datetimeFieldOverflow,
+                                message: "a Date before year 1, after year 293000 or not a number cannot be sent as a timestamp; nothing was sent")
+        }
+        return postgresText
+    }
     /// Reads `timestamptz` as PostgreSQL prints it (ISO DateStyle), e.g. `2026-10-03 09:15:27.12+00`.
     public init?(postgresText: String) {
         guard let date = PostgresTimestamp.parse(postgresText) else { return nil }
@@ -99,8 +118,20 @@ extension Date: PostgresEncodable, PostgresDecodable {
 
 /// Converts between `Date` and PostgreSQL's ISO timestamp text.
 public enum PostgresTimestamp {
+    /// Whether `format` gives a text PostgreSQL reads as `date`: years 1 to about 293,000, and
+    /// the infinities.
+    public static func canFormat(_ date: Date) -> Bool {
+        let seconds = date.timeIntervalSince1970
+        return seconds.isInfinite || (seconds >= -62_135_596_800 && seconds * 1_000_000 < 9.2e18)
+    }
+
+    /// The date as `YYYY-MM-DDTHH:MM:SS.ffffffZ`; `infinity`, `-infinity`; where `canFormat` is
+    /// false, a text PostgreSQL refuses (`NaN`, or a year it cannot read) rather than a trap.
     public static func format(_ date: Date) -> String {
-        let micros = (date.timeIntervalSince1970 * 1_000_000).rounded()
+        let interval = date.timeIntervalSince1970
+        guard interval.isFinite else { return interval.isNaN ? "NaN" : interval > 0 ? "infinity" : "-infinity" }
+        guard abs(interval) < 9.2e12 else { return "out of range" }
+        let micros = (interval * 1_000_000).rounded()
         let seconds = Int64((micros / 1_000_000).rounded(.down))
         let fraction = Int64(micros) - seconds * 1_000_000
         let days = Int((Double(seconds) / 86_400).rounded(.down))
@@ -112,8 +143,10 @@ public enum PostgresTimestamp {
         )
     }
 
-    /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][Z|±HH[:MM[:SS]]]`.
+    /// Parses `YYYY-MM-DD[ T]HH:MM:SS[.ffffff][Z|±HH[:MM]]` (a year of 4 to 6 digits), and
+    /// `infinity` and `-infinity`.
     public static func parse(_ text: String) -> Date? {
+        if text == "infinity" || text == "-infinity" { return Date(timeIntervalSince1970: text == "infinity" ? .infinity : -.infinity) }
         let bytes = Array(text.utf8)
         var index = 0
         func number(_ count: Int) -> Int? {
@@ -132,7 +165,10 @@ public enum PostgresTimestamp {
             index += 1
             return true
         }
-        guard let year = number(4), expect(45), let month = number(2), expect(45), let day = number(2) else { return nil }
+        // Years past 9999 have more digits.
+        let yearDigits = bytes.prefix(while: { $0 >= 48 && $0 <= 57 }).count
+        guard (4...6).contains(yearDigits), let year = number(yearDigits), expect(45), let month = number(2), expect(45),
+              let day = number(2) else { return nil }
         guard index < bytes.count, bytes[index] == 32 || bytes[index] == 84 else { return nil }
         index += 1
         guard let hour = number(2), expect(58), let minute = number(2), expect(58), let second = number(2) else { return nil }

@@ -296,7 +296,10 @@ final class AppendTests: XCTestCase {
         // Each element of append([String]) is one event: an empty text, or two objects joined by
         // a comma (which the joined array would take as two events), is refused at its index.
         let a = EventFixtures.event(), b = EventFixtures.event()
-        for (events, index) in [([""], 0), ([a + "," + b], 0), ([a, " "], 1), ([a, "[" + b + "]"], 1), ([a, b + " x"], 1)] {
+        // So is one whose braces and brackets do not pair up by kind ("{]", "{\"a\":[1}}"), which
+        // the joined array would fail to parse as a whole, with no index.
+        for (events, index) in [([""], 0), ([a + "," + b], 0), ([a, " "], 1), ([a, "[" + b + "]"], 1), ([a, b + " x"], 1),
+                                (["{]"], 0), ([a, "{\"a\":[1}}"], 1), ([a, "{\"a\":{\"b\":[1]]}"], 1)] {
             XCTAssertThrowsError(try log.append(events)) { error in
                 XCTAssertEqual((error as? AppendError)?.kind, .invalidEvent)
                 XCTAssertEqual((error as? AppendError)?.index, index)

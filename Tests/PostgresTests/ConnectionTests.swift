@@ -278,6 +278,18 @@ final class ConnectionTests: XCTestCase {
         })
         XCTAssertFalse(db.isInTransaction)
         XCTAssertEqual(try db.query("select count(*) from t where id >= 4").scalar(Int.self), 0)
+
+        // A failed statement whose error the body caught aborts the transaction; PostgreSQL then
+        // takes the COMMIT as a ROLLBACK: refused (25P02), not returned as if committed.
+        XCTAssertThrowsError(try db.transaction { () -> String in
+            try db.query("insert into t values (6)")
+            _ = try? db.query("select 1/0")
+            return "committed?"
+        }) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .inFailedSQLTransaction)
+        }
+        XCTAssertFalse(db.isInTransaction)
+        XCTAssertEqual(try db.query("select count(*) from t where id = 6").scalar(Int.self), 0)
     }
 
     func testCopyInAndOut() throws {
@@ -327,6 +339,13 @@ final class ConnectionTests: XCTestCase {
         let db = try Connection(url: url)
         try db.sendQuery("select $1::int * 2", [21])
         XCTAssertEqual(try db.receiveResult().scalar(Int.self), 42)
+        // Out of turn: the caller's mistake (XX0MU), not a lost connection (08006), which would
+        // make a pool throw a healthy connection away.
+        XCTAssertThrowsError(try db.receiveResult()) { error in XCTAssertEqual((error as? PostgresError)?.code, .misuse) }
+        try db.sendQuery("select 1")
+        XCTAssertThrowsError(try db.sendQuery("select 2")) { error in XCTAssertEqual((error as? PostgresError)?.code, .misuse) }
+        XCTAssertEqual(try db.receiveResult().scalar(Int.self), 1)
+        XCTAssertTrue(db.isOpen)
     }
 
     func testCancelEndsTheStatementInProgress() throws {
@@ -346,5 +365,23 @@ final class ConnectionTests: XCTestCase {
         XCTAssertEqual(text, "2026-10-03T09:15:27.120500Z")
         XCTAssertEqual(PostgresTimestamp.parse(text)!.timeIntervalSince1970, date.timeIntervalSince1970, accuracy: 1e-6)
         XCTAssertEqual(PostgresTimestamp.parse("2026-10-03 11:15:27+02")!.timeIntervalSince1970, 1_791_018_927, accuracy: 1e-6)
+    }
+
+    /// Dates that PostgreSQL's text cannot carry are refused before anything is sent (they
+    /// trapped converting to 64-bit microseconds); years past 9999 and the infinities go both ways.
+    func testDatesOutOfRangeAreRefusedAndLargeOnesRoundTrip() throws {
+        let db = try Connection(url: url)
+        for seconds in [1e16, -1e16, .nan, -62_135_596_801] as [Double] {
+            XCTAssertThrowsError(try db.query("select $1::timestamptz", [Date(timeIntervalSince1970: seconds)]), "\(seconds)") { error in
+                XCTAssertEqual((error as? PostgresError)?.code, .datetimeFieldOverflow)
+            }
+            XCTAssertThrowsError(try db.query("select $1::timestamptz[]", [[Date(), Date(timeIntervalSince1970: seconds)]]))
+        }
+        for seconds in [1e12, -62_135_596_800, .infinity, -.infinity, 253_402_300_800] as [Double] {
+            let date = Date(timeIntervalSince1970: seconds)
+            XCTAssertEqual(try db.query("select $1::timestamptz", [date]).scalar(Date.self), date, "\(seconds)")
+        }
+        XCTAssertEqual(try db.query("select '12000-01-01 00:00:00+00'::timestamptz").scalar(Date.self),
+                       Date(timeIntervalSince1970: 316_516_204_800))
     }
 }
