@@ -70,11 +70,15 @@ public struct Sealer {
             .decode((Int64, String).self).first.map { (id: $0.0, keyFingerprint: $0.1) }
     }
 
-    /// Adds seals until the committed log is covered; returns the new seals.
+    /// Adds seals until the committed log is covered, each in its own transaction; returns the
+    /// new seals, and hands each to `committed` as soon as it is (the seals before an error stay).
     @discardableResult
-    public func seal(_ db: Connection) throws -> [Seal] {
+    public func seal(_ db: Connection, committed: (Seal) -> Void = { _ in }) throws -> [Seal] {
         var sealed: [Seal] = []
-        while let seal = try sealNext(db) { sealed.append(seal) }
+        while let seal = try sealNext(db) {
+            sealed.append(seal)
+            committed(seal)
+        }
         return sealed
     }
 

@@ -78,6 +78,10 @@ public struct Migrator {
     /// Applies every pending migration. Serialised across processes by an advisory lock.
     @discardableResult
     public func migrate(_ db: Connection) throws -> Outcome {
+        // First the lock: two first migrations at once both got past "if not exists", and one
+        // failed on the catalog's unique index (23505).
+        try db.query("select pg_advisory_lock(hashtext('permaudit.migrate'))")
+        defer { _ = try? db.query("select pg_advisory_unlock(hashtext('permaudit.migrate'))") }
         try db.execute("""
             create schema if not exists permaudit;
             create table if not exists permaudit.schema_migrations (
@@ -87,8 +91,6 @@ public struct Migrator {
                 applied_at timestamptz not null default now()
             );
             """)
-        try db.query("select pg_advisory_lock(hashtext('permaudit.migrate'))")
-        defer { _ = try? db.query("select pg_advisory_unlock(hashtext('permaudit.migrate'))") }
 
         let recorded = try db.query("select version, name, checksum from permaudit.schema_migrations order by version")
             .decode((Int, String, String).self)

@@ -110,7 +110,7 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         let primary = field(permaudit_PG_DIAG_MESSAGE_PRIMARY)
         var message = primary ?? fallback
         if primary == nil, let text = PQresultErrorMessage(result) {
-            let trimmed = String(cString: text).trimmingWhitespace()
+            let trimmed = Self.withoutContext(String(cString: text)).trimmingWhitespace()
             if !trimmed.isEmpty { message = trimmed }
         }
         self.init(
@@ -127,10 +127,24 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
     static func connection(_ connection: OpaquePointer?, _ context: String, code: Code = .connectionFailure) -> PostgresError {
         var text = context
         if let connection, let raw = PQerrorMessage(connection) {
-            let message = String(cString: raw).trimmingWhitespace()
+            let message = withoutContext(String(cString: raw)).trimmingWhitespace()
             if !message.isEmpty { text = "\(context): \(message)" }
         }
         return PostgresError(code: code, message: text)
+    }
+
+    /// libpq's text of an error without the `CONTEXT:` part the server sent with it: for a
+    /// statement inside a function, the function's SQL, many lines of it. The lines libpq adds
+    /// itself after it (`server closed the connection unexpectedly`, ...) stay.
+    static func withoutContext(_ text: String) -> String {
+        var skipping = false
+        return text.split(separator: "\n", omittingEmptySubsequences: false).filter { line in
+            if line.hasPrefix("CONTEXT:") { skipping = true }
+            else if skipping, ["server closed", "connection to server", "no connection", "FATAL:", "ERROR:"].contains(where: { line.hasPrefix($0) }) {
+                skipping = false
+            }
+            return !skipping
+        }.joined(separator: "\n")
     }
 }
 

@@ -81,14 +81,14 @@ enum ProjectCommand: Command {
         }
         let interactive = isatty(2) == 1
         let progressLine: (Projector.Progress) -> Void = { progress in
-            if interactive { FileHandle.standardError.write(Data("\r\(report(progress))".utf8)) }
+            if interactive { writeToStandardError("\r\(report(progress))") }
         }
         func acquire(_ projector: Projector) throws {
             do {
                 try projector.acquire(wait: arguments.has("--wait"))
             } catch let error as ProjectorError {
                 guard case .busy = error else { throw CommandFailure(message: error.description) }
-                throw CommandFailure(message: error.description + " (use --wait to queue behind it)")
+                throw CommandFailure(message: error.description + " (use --wait to queue behind it; one just stopped or killed lets go once the server has ended its statement)")
             }
         }
         if modes[0] == "--once" || modes[0] == "--follow" { try acquire(projector) }
@@ -103,11 +103,11 @@ enum ProjectCommand: Command {
             print("oldest unprojected event: " + (status.oldestUnprojectedAge.map { String(format: "%.0f s old", $0) } ?? "none (caught up)"))
         case "--rebuild":
             let done = try projector.rebuild(onBatch: progressLine)
-            if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+            if interactive { writeToStandardError("\r\u{1B}[K") }
             print("rebuilt: " + report(done))
         case "--once":
             let done = try projector.catchUp(onBatch: progressLine)
-            if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+            if interactive { writeToStandardError("\r\u{1B}[K") }
             print(report(done))
         default:
             let stop = StopSignal()

@@ -124,12 +124,14 @@ enum AuditCommand: Command {
                 var sealer = Sealer(key: key)
                 sealer.maxEventsPerSeal = try arguments.int("--max-events", default: 100_000, range: 1...10_000_000)
                 let db = try openDatabase(arguments)
-                let seals = try sealer.seal(db)
+                // Each seal's line as it commits: its hash is what to keep for --expect-seal, also
+                // when a later seal fails.
+                let seals = try sealer.seal(db) { seal in
+                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot)), seal hash \(Hex.encode(seal.sealHash))")
+                    fflush(nil)  // every stream: the line is out before the next seal begins
+                }
                 try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
                 if seals.isEmpty { print("nothing to seal: every event committed before the oldest running transaction is sealed") }
-                for seal in seals {
-                    print("sealed \(seal.eventCount) events as seal \(seal.id) (after \(seal.after.sealNotation) through \(seal.through.sealNotation)), root \(Hex.encode(seal.merkleRoot)), seal hash \(Hex.encode(seal.sealHash))")
-                }
                 return 0
             case ("verify", 0):
                 let key: VerifyingKey

@@ -171,7 +171,12 @@ func describe(_ error: any Error) -> String {
 
 /// Writes to standard error without buffering surprises.
 func printError(_ text: String) {
-    FileHandle.standardError.write(Data((text + "\n").utf8))
+    writeToStandardError(text + "\n")
+}
+
+/// Standard error, where a failed write (a full disk, a closed pipe) is not worth a crash.
+func writeToStandardError(_ text: String) {
+    try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
 }
 
 /// Buffered standard output for commands that print many lines.

@@ -208,25 +208,8 @@ enum IngestCommand: Command {
         ingestor.batchSize = batchSize
         let prefixInput = inputs.count > 1
         var printed = 0
-        var rejectsFile: FileHandle?
-        if let path = arguments.value("--rejects") {
-            ingestor.mode = .storeValid
-            // A regular file is made owner-only before an existing one is emptied: the raw lines
-            // hold subject ids, which erasure cannot reach in this file. Anything else (a pipe,
-            // /dev/null, a terminal) is written as it is: its mode is not the command's to change.
-            let descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-            guard descriptor >= 0 else {
-                throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
-            }
-            var status = stat()
-            guard fstat(descriptor, &status) == 0,
-                  status.st_mode & S_IFMT != S_IFREG || (fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, 0) == 0) else {
-                let reason = String(cString: strerror(errno))
-                close(descriptor)
-                throw CommandFailure(message: "\(path): cannot create the rejects file (\(reason))")
-            }
-            rejectsFile = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        }
+        let rejectsFile = try arguments.value("--rejects").map(RejectsFile.init(path:))
+        if rejectsFile != nil { ingestor.mode = .storeValid }
         ingestor.onReject = { rejection in
             if let rejectsFile {
                 var line = "{\"input\":"
@@ -240,7 +223,7 @@ enum IngestCommand: Command {
                     line += ",\"rawBase64\":\"\(Data(rejection.raw).base64EncodedString())\""
                 }
                 line += "}\n"
-                rejectsFile.write(Data(line.utf8))
+                try rejectsFile.write(line)
             } else if printed < 100 {
                 printed += 1
                 printError((prefixInput ? "\(rejection.input):" : "") + "\(rejection.line): \(rejection.reason)")
@@ -248,23 +231,24 @@ enum IngestCommand: Command {
         }
         if isatty(2) == 1 {
             ingestor.onProgress = { summary in
-                FileHandle.standardError.write(Data("\r\(summary.lines) lines: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)".utf8))
+                writeToStandardError("\r\(summary.lines) lines: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)")
             }
         }
         let summary: Ingestor.Summary
         do {
             summary = try ingestor.ingest(inputs)
         } catch {
-            if let rejectsFile, let path = arguments.value("--rejects") {
-                try? rejectsFile.close()
+            if let rejectsFile {
                 let done = ingestor.summary
                 printError("before the error: appended \(done.appended), duplicates \(done.duplicates) (stored); "
-                           + "rejected \(done.rejected) (written to \(path))")
+                           + "rejected \(done.rejected) (written to \(rejectsFile.path))")
+            } else {
+                printError("all or nothing: nothing from the input was stored (the same command again stores it; "
+                           + "had the connection been lost as the input committed, what it stored counts as duplicates)")
             }
             throw error
         }
-        try rejectsFile?.close()
-        if isatty(2) == 1 { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if isatty(2) == 1 { writeToStandardError("\r\u{1B}[K") }
         if rejectsFile == nil && summary.rejected > printed {
             printError("... and \(summary.rejected - printed) more")
         }

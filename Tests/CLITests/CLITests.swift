@@ -205,6 +205,50 @@ final class CLITests: XCTestCase {
         XCTAssertFalse(events.stdout.contains(id.uuidString.lowercased()), "nothing stored")
     }
 
+    /// A rejects file that cannot take the next line (a full disk; here a file size limit and
+    /// /dev/full) ends the ingest with the file and the reason named, and the file keeps whole
+    /// lines only: the write trapped, and left half a JSON line.
+    func testARejectsFileThatCannotBeWrittenIsAnErrorAndKeepsWholeLines() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let input = directory.appendingPathComponent("in.ndjson")
+        let lines = (0..<20).map { _ in EventFixtures.event(overrides: ["type": "\"permission.maybe\""]) }
+        try (lines.joined(separator: "\n") + "\n").write(to: input, atomically: true, encoding: .utf8)
+        let rejects = directory.appendingPathComponent("rejects.ndjson")
+        // The size limit's signal ignored, as a full disk gives no signal: the writes fail (EFBIG).
+        let limited = try Self.run(["-c", #"trap "" XFSZ; ulimit -f 2; exec "$0" ingest "$1" --rejects "$2""#, Self.binary.path, input.path, rejects.path],
+                                   url: url, executable: URL(fileURLWithPath: "/bin/sh"))
+        XCTAssertEqual(limited.status, 1, limited.stderr)
+        XCTAssertTrue(limited.stderr.contains("\(rejects.path): cannot write the rejects file (File too large)"), limited.stderr)
+        XCTAssertTrue(limited.stderr.contains("before the error: appended 0, duplicates 0 (stored)"), limited.stderr)
+        let kept = try String(contentsOf: rejects, encoding: .utf8)
+        XCTAssertTrue(kept.hasSuffix("}\n"), kept)
+        let keptLines = kept.split(separator: "\n")
+        XCTAssertGreaterThan(keptLines.count, 0)
+        XCTAssertLessThan(keptLines.count, 20)
+        for line in keptLines { XCTAssertNoThrow(try JSONSerialization.jsonObject(with: Data(line.utf8))) }
+
+        let full = try permaudit(["ingest", input.path, "--rejects", "/dev/full"])
+        XCTAssertEqual(full.status, 1, full.stderr)
+        XCTAssertTrue(full.stderr.contains("/dev/full: cannot write the rejects file (No space left on device)"), full.stderr)
+    }
+
+    /// A standard descriptor the caller closed is not taken by the database connection: ingest
+    /// read its input from the connection (EAGAIN), and its errors went into it.
+    func testClosedStandardDescriptorsStayAwayFromTheConnection() throws {
+        let run = try Self.run(["-c", #"exec "$0" ingest <&-"#, Self.binary.path], url: url, executable: URL(fileURLWithPath: "/bin/sh"))
+        XCTAssertEqual(run.status, 0, run.stderr)
+        XCTAssertEqual(run.stdout, "appended 0, duplicates 0, rejected 0\n")
+        let invalid = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID()).ndjson")
+        try "{\"eventId\": 12\n".write(to: invalid, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(at: invalid) }
+        let noStderr = try Self.run(["-c", #"exec "$0" ingest "$1" 2>&-"#, Self.binary.path, invalid.path], url: url,
+                                    executable: URL(fileURLWithPath: "/bin/sh"))
+        XCTAssertEqual(noStderr.status, 1, "the one invalid line, reported nowhere, and not a broken connection")
+        XCTAssertEqual(noStderr.stdout, "appended 0, duplicates 0, rejected 1\n")
+    }
+
     func testIngestExitCodesAndRejectsFile() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -296,6 +340,12 @@ final class CLITests: XCTestCase {
                       stopped.stderr)
         XCTAssertTrue(stopped.stderr.contains("PA004"), stopped.stderr)
         XCTAssertEqual(try String(contentsOf: rejects, encoding: .utf8).split(separator: "\n").count, 2)
+        // All or nothing says that nothing was stored.
+        let valid = directory.appendingPathComponent("valid.ndjson")
+        try (EventFixtures.event() + "\n").write(to: valid, atomically: true, encoding: .utf8)
+        let strictStopped = try permaudit(["ingest", valid.path])
+        XCTAssertEqual(strictStopped.status, 1)
+        XCTAssertTrue(strictStopped.stderr.contains("all or nothing: nothing from the input was stored"), strictStopped.stderr)
     }
 
     func testUnmigratedExternalDatabaseIsReported() throws {
@@ -432,7 +482,7 @@ final class ProjectCommandTests: XCTestCase {
         XCTAssertTrue(try Self.waitForProjected(1, db))
         let second = try CLITests.run(["project", "--once"], url: url)
         XCTAssertEqual(second.status, 1)
-        XCTAssertTrue(second.stderr.contains("another projector is running") && second.stderr.contains("(use --wait to queue behind it)"), second.stderr)
+        XCTAssertTrue(second.stderr.contains("another projector is running") && second.stderr.contains("(use --wait to queue behind it;"), second.stderr)
         // Its backend terminated (as by a database restart): it connects again and goes on.
         XCTAssertEqual(try TestDatabase.terminateOtherClients(db), 1)
         try TestDatabase.append([EventFixtures.event(subject: "reconnect-b")], to: db)

@@ -1,5 +1,5 @@
 import Foundation
-import Postgres
+@testable import Postgres
 import TestSupport
 import XCTest
 
@@ -346,6 +346,24 @@ final class ConnectionTests: XCTestCase {
         XCTAssertThrowsError(try db.sendQuery("select 2")) { error in XCTAssertEqual((error as? PostgresError)?.code, .misuse) }
         XCTAssertEqual(try db.receiveResult().scalar(Int.self), 1)
         XCTAssertTrue(db.isOpen)
+    }
+
+    /// A backend ended under a statement in a function: the error says so without the
+    /// function's SQL that the server sends along as CONTEXT.
+    func testALostConnectionIsReportedWithoutTheStatementsContext() throws {
+        let db = try Connection(url: url)
+        let pid: Int = try db.query("select pg_backend_pid()").scalar()
+        let url = self.url
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) {
+            _ = try? Connection(url: url).query("select pg_terminate_backend($1)", [pid])
+        }
+        XCTAssertThrowsError(try db.query("do $$ begin perform pg_sleep(30); end $$")) { error in
+            XCTAssertTrue("\(error)".contains("terminating connection"), "\(error)")
+            XCTAssertFalse("\(error)".contains("CONTEXT") || "\(error)".contains("pg_sleep"), "\(error)")
+        }
+        // libpq's own text, as the connection keeps it after a loss.
+        XCTAssertEqual(PostgresError.withoutContext("FATAL:  x\nCONTEXT:  SQL statement \"select\n  1\"\nPL/pgSQL function f() line 3\nserver closed the connection unexpectedly"),
+                       "FATAL:  x\nserver closed the connection unexpectedly")
     }
 
     func testCancelEndsTheStatementInProgress() throws {
