@@ -54,6 +54,10 @@ public final class Ingestor {
     public var batchSize = 1000
     public var onReject: (Rejection) throws -> Void = { _ in }
     public var onProgress: (Summary) -> Void = { _ in }
+    /// Asked before each block of lines is read and each batch is appended: true ends the
+    /// ingest with `IngestInterrupted` (all or nothing: rolled back; store-valid mode: the
+    /// batches sent so far are committed and counted, the rejected lines recorded).
+    public var shouldStop: () -> Bool = { false }
 
     private let log: EventLog
     /// What the last `ingest` call did; after it threw in store-valid mode, what it had stored.
@@ -107,6 +111,7 @@ public final class Ingestor {
         var block = LineBlock()
         var atEnd = false
         while !atEnd {
+            if shouldStop() { throw IngestInterrupted() }
             block.removeAll()
             while !block.isFull {
                 guard let (number, bytes) = try reader.next() else { atEnd = true; break }
@@ -151,9 +156,9 @@ public final class Ingestor {
             }
             try flush(nil)
             for (group, count) in rejectedGroups { try group.record(count, on: db) }
-        } catch let error as IngestError where db.isOpen {
-            // An input could not be read: the batches already sent are committed, so count them
-            // (and record the rejected lines) for the summary of what was stored.
+        } catch where db.isOpen && (error is IngestError || error is IngestInterrupted) {
+            // An input could not be read, or the ingest was stopped: the batches already sent are
+            // committed, so count them (and record the rejected lines) for the summary of what was stored.
             try flush(nil)
             for (group, count) in rejectedGroups { try group.record(count, on: db) }
             throw error
@@ -240,6 +245,10 @@ public final class Ingestor {
         }
         var done = 0
         while done < staged {
+            if shouldStop() {
+                try? db.execute("ROLLBACK")
+                throw IngestInterrupted()
+            }
             let upTo = min(done + batchSize, staged)
             do {
                 count(try EventLog.results(try db.preparedQuery("""
@@ -593,6 +602,11 @@ public final class LineReader {
             if count == 0 { eof = true } else { end += count }
         }
     }
+}
+
+/// `Ingestor.shouldStop` said stop.
+public struct IngestInterrupted: Error, CustomStringConvertible, Sendable {
+    public var description: String { "interrupted" }
 }
 
 public struct IngestError: Error, CustomStringConvertible, Sendable {

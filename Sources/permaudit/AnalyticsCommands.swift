@@ -258,16 +258,27 @@ final class StopSignal: @unchecked Sendable {
     private var flag = false
     private var sources: [DispatchSourceSignal] = []
 
-    init() {
+    /// With `announce`, the first signal prints it, and a second one ends the process at once
+    /// (exit 130), for a command that may be waiting where it cannot look at the flag (a read
+    /// from a terminal).
+    init(announce: String? = nil) {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.set() }
+            source.setEventHandler { [weak self] in self?.set(announce) }
             source.resume()
             sources.append(source)
         }
     }
 
-    private func set() { lock.lock(); flag = true; lock.unlock() }
+    private func set(_ announce: String?) {
+        lock.lock()
+        let again = flag
+        flag = true
+        lock.unlock()
+        guard let announce else { return }
+        if again { _exit(130) }
+        printError(announce)
+    }
     func requested() -> Bool { lock.lock(); defer { lock.unlock() }; return flag }
 }

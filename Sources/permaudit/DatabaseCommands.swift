@@ -180,7 +180,8 @@ enum IngestCommand: Command {
         {"input", "line", "reason", "raw"} (and "rawBase64", the exact bytes, for a line that is
         not UTF-8), and the exit status is 3 when any line was rejected (FILE must not be one of
         the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF; a UTF-8 byte
-        order mark before the first line is skipped.
+        order mark before the first line is skipped. SIGINT or SIGTERM stops it at the next batch
+        and says what was stored (exit 130; all or nothing: nothing); a second one quits at once.
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
@@ -234,9 +235,21 @@ enum IngestCommand: Command {
                 writeToStandardError("\r\(summary.lines) lines: appended \(summary.appended), duplicates \(summary.duplicates), rejected \(summary.rejected)")
             }
         }
+        let stop = StopSignal(announce: "stopping at the next batch (interrupt again to quit at once)")
+        ingestor.shouldStop = stop.requested
         let summary: Ingestor.Summary
         do {
             summary = try ingestor.ingest(inputs)
+        } catch is IngestInterrupted {
+            if isatty(2) == 1 { writeToStandardError("\r\u{1B}[K") }
+            if let rejectsFile {
+                let done = ingestor.summary
+                printError("interrupted: appended \(done.appended), duplicates \(done.duplicates) (stored); rejected \(done.rejected) "
+                           + "(written to \(rejectsFile.path)); the same command again stores the rest")
+            } else {
+                printError("interrupted: nothing from the input was stored (all or nothing)")
+            }
+            return 130
         } catch {
             if let rejectsFile {
                 let done = ingestor.summary

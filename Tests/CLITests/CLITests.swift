@@ -234,6 +234,50 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(full.stderr.contains("/dev/full: cannot write the rejects file (No space left on device)"), full.stderr)
     }
 
+    /// SIGINT or SIGTERM during an ingest ends it at the next batch and says what was stored:
+    /// with --rejects the batches committed so far (as many as the log holds), all or nothing
+    /// none. It exited 130 or 143 without a word.
+    func testAnInterruptedIngestSaysWhatItStored() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let input = directory.appendingPathComponent("in.ndjson")
+        XCTAssertEqual(try permaudit(["simulate", "--subjects", "10000", "--days", "30", "--out", input.path]).status, 0)
+        let stored = "select count(*)::int from audit.events"
+        for (arguments, signal) in [(["--rejects", directory.appendingPathComponent("rejects.ndjson").path], SIGINT), ([], SIGTERM)] {
+            let url = try TestDatabase.create()
+            defer { TestDatabase.drop(url) }
+            let db = try Connection(url: url)
+            let process = Process()
+            let stderr = Pipe()
+            process.executableURL = CLITests.binary
+            process.arguments = ["ingest", input.path, "--batch-size", "200"] + arguments
+            process.environment = ProcessInfo.processInfo.environment.merging(["DATABASE_URL": url]) { $1 }
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = stderr
+            try process.run()
+            if arguments.isEmpty {
+                Thread.sleep(forTimeInterval: 1)  // reading and validating; the copy not committed
+            } else {
+                let deadline = Date().addingTimeInterval(60)
+                while try db.query(stored).scalar(Int.self) == 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+            }
+            kill(process.processIdentifier, signal)
+            let text = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 130, text)
+            let count = try db.query(stored).scalar(Int.self)
+            if arguments.isEmpty {
+                XCTAssertTrue(text.contains("interrupted: nothing from the input was stored (all or nothing)"), text)
+                XCTAssertEqual(count, 0)
+            } else {
+                XCTAssertTrue(text.contains("stopping at the next batch"), text)
+                XCTAssertTrue(text.contains("interrupted: appended \(count), duplicates "), text)  // the simulation re-sends some
+                XCTAssertGreaterThan(count, 0)
+            }
+        }
+    }
+
     /// A standard descriptor the caller closed is not taken by the database connection: ingest
     /// read its input from the connection (EAGAIN), and its errors went into it.
     func testClosedStandardDescriptorsStayAwayFromTheConnection() throws {
