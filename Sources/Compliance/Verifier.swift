@@ -152,7 +152,18 @@ public struct Verifier {
                                             detail: seal.keyFingerprint != publicKey.fingerprint
                                                 ? "signed by another key (\(seal.keyFingerprint.prefix(16))...)" : "the signature does not verify"))
         }
-        if let positions, let leaves, !leaves.contains(where: { positions.contains($0.position) }) { return outcome }
+        // Out of the range when neither its stored leaves (whose positions are not signed) nor
+        // the log's events in its signed range hold a position of it.
+        if let positions, let leaves, !leaves.contains(where: { positions.contains($0.position) }) {
+            let touched: Bool = try db.query("""
+                select exists (select 1 from audit.events e
+                                where e.position between $5 and $6
+                                  and (e.transaction_id, e.position) > ($1::xid8, $2::bigint)
+                                  and (e.transaction_id, e.position) <= ($3::xid8, $4::bigint))
+                """, [String(seal.after.transactionId), seal.after.position, String(seal.through.transactionId), seal.through.position,
+                      positions.lowerBound, positions.upperBound]).scalar()
+            if !touched { return outcome }
+        }
         outcome.eventsChecked = Int(seal.eventCount)
         guard let leaves, leaves.count == seal.eventCount, Merkle.root(leaves.map(\.hash)) == seal.merkleRoot else {
             outcome.failures.append(Failure(kind: .alteredSeal, sealId: seal.id, position: first,

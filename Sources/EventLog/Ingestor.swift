@@ -151,14 +151,17 @@ public final class Ingestor {
                         batch.removeAll(keepingCapacity: true)
                     }
                 }
+                // A stop asked for as the input ended (its producer interrupted with it) holds too.
+                if shouldStop() { throw IngestInterrupted() }
                 try flush(batch)  // the rest of this input, before the next one is opened
                 batch.removeAll(keepingCapacity: true)
             }
             try flush(nil)
             for (group, count) in rejectedGroups { try group.record(count, on: db) }
-        } catch where db.isOpen && (error is IngestError || error is IngestInterrupted) {
-            // An input could not be read, or the ingest was stopped: the batches already sent are
-            // committed, so count them (and record the rejected lines) for the summary of what was stored.
+        } catch where db.isOpen && !(error is PostgresError || error is AppendError) {
+            // Not the write path's error (an input that cannot be read, a rejects file that cannot
+            // be written, a stop): the batches already sent are committed, so count them (and
+            // record the rejected lines) for the summary of what was stored.
             try flush(nil)
             for (group, count) in rejectedGroups { try group.record(count, on: db) }
             throw error
@@ -374,9 +377,9 @@ public final class Ingestor {
     }
 
     private func reject(_ input: String, _ line: Int, _ reason: String, _ raw: [UInt8]) throws {
-        summary.rejected += 1
         if mode == .allOrNothing { failed = true } else { rejectedGroups[RejectedGroup(raw), default: 0] += 1 }
         try onReject(Rejection(input: input, line: line, reason: reason, raw: raw))
+        summary.rejected += 1  // once handed on (written to the rejects file)
     }
 
     /// Sends `batch` (if any) and collects the previous batch's result.

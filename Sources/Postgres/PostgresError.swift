@@ -140,7 +140,8 @@ public struct PostgresError: Error, CustomStringConvertible, Sendable {
         var skipping = false
         return text.split(separator: "\n", omittingEmptySubsequences: false).filter { line in
             if line.hasPrefix("CONTEXT:") { skipping = true }
-            else if skipping, ["server closed", "connection to server", "no connection", "FATAL:", "ERROR:"].contains(where: { line.hasPrefix($0) }) {
+            else if skipping, ["server closed", "connection to server", "no connection", "could not ", "SSL ", "terminating connection",
+                               "FATAL:", "PANIC:", "ERROR:"].contains(where: { line.hasPrefix($0) }) {
                 skipping = false
             }
             return !skipping

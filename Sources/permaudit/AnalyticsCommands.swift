@@ -265,15 +265,19 @@ final class StopSignal: @unchecked Sendable {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { [weak self] in self?.set(announce) }
+            // Two signals in quick succession may reach the handler as one call: its count says.
+            let object = source as AnyObject  // weakly: the source holds its handler
+            source.setEventHandler { [weak self, weak object] in
+                self?.set(announce, times: (object as? DispatchSourceSignal)?.data ?? 1)
+            }
             source.resume()
             sources.append(source)
         }
     }
 
-    private func set(_ announce: String?) {
+    private func set(_ announce: String?, times: UInt) {
         lock.lock()
-        let again = flag
+        let again = flag || times > 1
         flag = true
         lock.unlock()
         guard let announce else { return }

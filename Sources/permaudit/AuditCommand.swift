@@ -255,7 +255,9 @@ enum AuditCommand: Command {
         guard arguments.value("--subject") == nil else {
             throw UsageError(message: "give the install id once: --subject or --subject-stdin", usage: usage)
         }
-        guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+        // A UTF-8 byte order mark before the id (an editor's) is not part of it.
+        guard let read = readLine(strippingNewline: true), case let line = read.hasPrefix("\u{FEFF}") ? String(read.dropFirst()) : read,
+              !line.isEmpty else {
             throw UsageError(message: "--subject-stdin: standard input has no install id on its first line", usage: usage)
         }
         return (app, line)

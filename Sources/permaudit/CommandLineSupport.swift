@@ -174,7 +174,8 @@ func printError(_ text: String) {
     writeToStandardError(text + "\n")
 }
 
-/// Standard error, where a failed write (a full disk, a closed pipe) is not worth a crash.
+/// Standard error, where a failed write (a full disk) is not worth a crash. (A pipe whose reader
+/// has gone still ends the process with SIGPIPE, as for standard output: `permaudit events | head`.)
 func writeToStandardError(_ text: String) {
     try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
 }

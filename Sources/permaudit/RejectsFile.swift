@@ -22,9 +22,8 @@ final class RejectsFile {
         let statted = fstat(descriptor, &status) == 0
         isRegular = statted && status.st_mode & S_IFMT == S_IFREG
         guard statted, !isRegular || (fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, 0) == 0) else {
-            let reason = String(cString: strerror(errno))
-            close(descriptor)
-            throw CommandFailure(message: "\(path): cannot create the rejects file (\(reason))")
+            // Every property is set: deinit closes the descriptor.
+            throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
         }
     }
 

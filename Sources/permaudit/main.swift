@@ -72,7 +72,6 @@ let topHelp = """
     }
 }
 
-
 // A standard descriptor the caller closed (`<&-`, `2>&-`) would be taken by the next file or
 // socket opened: ingest read its input from the database connection, and errors went into it.
 for descriptor: Int32 in 0...2 where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {

@@ -213,21 +213,27 @@ final class CLITests: XCTestCase {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let input = directory.appendingPathComponent("in.ndjson")
-        let lines = (0..<20).map { _ in EventFixtures.event(overrides: ["type": "\"permission.maybe\""]) }
+        // 150 valid lines (a batch of 100 sent, 50 waiting), then 20 invalid ones.
+        let lines = (0..<150).map { _ in EventFixtures.event(subject: "install-\(UUID())") }
+            + (0..<20).map { _ in EventFixtures.event(overrides: ["type": "\"permission.maybe\""]) }
         try (lines.joined(separator: "\n") + "\n").write(to: input, atomically: true, encoding: .utf8)
         let rejects = directory.appendingPathComponent("rejects.ndjson")
         // The size limit's signal ignored, as a full disk gives no signal: the writes fail (EFBIG).
-        let limited = try Self.run(["-c", #"trap "" XFSZ; ulimit -f 2; exec "$0" ingest "$1" --rejects "$2""#, Self.binary.path, input.path, rejects.path],
-                                   url: url, executable: URL(fileURLWithPath: "/bin/sh"))
+        let limited = try Self.run(["-c", #"trap "" XFSZ; ulimit -f 2; exec "$0" ingest "$1" --rejects "$2" --batch-size 100"#,
+                                    Self.binary.path, input.path, rejects.path], url: url, executable: URL(fileURLWithPath: "/bin/sh"))
         XCTAssertEqual(limited.status, 1, limited.stderr)
         XCTAssertTrue(limited.stderr.contains("\(rejects.path): cannot write the rejects file (File too large)"), limited.stderr)
-        XCTAssertTrue(limited.stderr.contains("before the error: appended 0, duplicates 0 (stored)"), limited.stderr)
         let kept = try String(contentsOf: rejects, encoding: .utf8)
         XCTAssertTrue(kept.hasSuffix("}\n"), kept)
         let keptLines = kept.split(separator: "\n")
         XCTAssertGreaterThan(keptLines.count, 0)
         XCTAssertLessThan(keptLines.count, 20)
         for line in keptLines { XCTAssertNoThrow(try JSONSerialization.jsonObject(with: Data(line.utf8))) }
+        // What the summary says is what the log and the file hold.
+        let stored = try Connection(url: url).query("select count(*)::int from audit.events").scalar(Int.self)
+        XCTAssertEqual(stored, 100)
+        XCTAssertTrue(limited.stderr.contains("before the error: appended \(stored), duplicates 0 (stored); rejected \(keptLines.count) (written to"),
+                      limited.stderr)
 
         let full = try permaudit(["ingest", input.path, "--rejects", "/dev/full"])
         XCTAssertEqual(full.status, 1, full.stderr)

@@ -33,6 +33,25 @@ final class TamperTests: XCTestCase {
         XCTAssertEqual(result.eventsChecked, 100)
     }
 
+    /// The positions stored with a seal's leaves are not signed: moved out of a range (here by
+    /// 1000), they do not take the seal, and an event changed under it, out of a range check.
+    func testARangeCheckIsNotMisledByTheSealsStoredPositions() throws {
+        let sealed = try SealedDatabase()
+        defer { sealed.drop() }
+        try sealed.tamper("""
+            update audit.events set app_version = '9.9.9' where position = 10;
+            update audit.seals s set leaves = (
+                select string_agg(int8send(('x' || encode(substr(s.leaves, i * 56 + 1, 8), 'hex'))::bit(64)::bigint + 1000)
+                                  || substr(s.leaves, i * 56 + 9, 48), ''::bytea order by i)
+                  from generate_series(0, length(s.leaves) / 56 - 1) i)
+             where seal_id = 1
+            """)
+        let result = try sealed.verify(5...20)
+        XCTAssertFalse(result.intact, result.lines.joined(separator: "\n"))
+        XCTAssertEqual(result.eventsChecked, 100, "seal 1's events")
+        XCTAssertEqual(result.failures.first?.sealId, 1)
+    }
+
     /// analytics.compliance_status counts the unsealed events from the seals' and the projector's
     /// counts (044): the same number as counting the events after the last seal, whichever of the
     /// two is ahead, for the analyst and the auditor.
