@@ -237,24 +237,22 @@ enum IngestCommand: Command {
         }
         let stop = StopSignal(announce: "stopping at the next batch (interrupt again to quit at once)")
         ingestor.shouldStop = stop.requested
+        /// With --rejects, what an ingest that ended early had done.
+        func stored(in rejectsFile: RejectsFile) -> String {
+            let done = ingestor.summary
+            return "appended \(done.appended), duplicates \(done.duplicates) (stored); rejected \(done.rejected) (written to \(rejectsFile.path))"
+        }
         let summary: Ingestor.Summary
         do {
             summary = try ingestor.ingest(inputs)
         } catch is IngestInterrupted {
             if isatty(2) == 1 { writeToStandardError("\r\u{1B}[K") }
-            if let rejectsFile {
-                let done = ingestor.summary
-                printError("interrupted: appended \(done.appended), duplicates \(done.duplicates) (stored); rejected \(done.rejected) "
-                           + "(written to \(rejectsFile.path)); the same command again stores the rest")
-            } else {
-                printError("interrupted: nothing from the input was stored (all or nothing)")
-            }
+            printError(rejectsFile.map { "interrupted: \(stored(in: $0)); the same command again stores the rest" }
+                       ?? "interrupted: nothing from the input was stored (all or nothing)")
             return 130
         } catch {
             if let rejectsFile {
-                let done = ingestor.summary
-                printError("before the error: appended \(done.appended), duplicates \(done.duplicates) (stored); "
-                           + "rejected \(done.rejected) (written to \(rejectsFile.path))")
+                printError("before the error: " + stored(in: rejectsFile))
             } else {
                 printError("all or nothing: nothing from the input was stored (the same command again stores it; "
                            + "had the connection been lost as the input committed, what it stored counts as duplicates)")
