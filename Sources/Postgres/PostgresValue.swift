@@ -122,15 +122,18 @@ public enum PostgresTimestamp {
     /// the infinities.
     public static func canFormat(_ date: Date) -> Bool {
         let seconds = date.timeIntervalSince1970
-        return seconds.isInfinite || (seconds >= -62_135_596_800 && seconds * 1_000_000 < 9.2e18)
+        return seconds.isInfinite || (seconds >= -62_135_596_800 && seconds < microsecondsFitBelow)
     }
+
+    /// Seconds since 1970 (either way) whose microseconds still fit in 64 bits (about year 293,000).
+    private static let microsecondsFitBelow = 9.2e12
 
     /// The date as `YYYY-MM-DDTHH:MM:SS.ffffffZ`; `infinity`, `-infinity`; where `canFormat` is
     /// false, a text PostgreSQL refuses (`NaN`, or a year it cannot read) rather than a trap.
     public static func format(_ date: Date) -> String {
         let interval = date.timeIntervalSince1970
         guard interval.isFinite else { return interval.isNaN ? "NaN" : interval > 0 ? "infinity" : "-infinity" }
-        guard abs(interval) < 9.2e12 else { return "out of range" }
+        guard abs(interval) < microsecondsFitBelow else { return "out of range" }
         let micros = (interval * 1_000_000).rounded()
         let seconds = Int64((micros / 1_000_000).rounded(.down))
         let fraction = Int64(micros) - seconds * 1_000_000

@@ -248,18 +248,21 @@ enum AuditCommand: Command {
     }
 
     static func install(_ arguments: ParsedArguments) throws -> (String, String) {
-        guard let app = try arguments.app(), arguments.value("--subject") != nil || arguments.has("--subject-stdin") else {
+        let app = try arguments.app()
+        switch (app, arguments.value("--subject"), arguments.has("--subject-stdin")) {
+        case let (app?, subject?, false):
+            return (app, subject)
+        case let (app?, nil, true):
+            // A UTF-8 byte order mark before the id (an editor's) is not part of it.
+            guard let read = readLine(strippingNewline: true), case let line = read.hasPrefix("\u{FEFF}") ? String(read.dropFirst()) : read,
+                  !line.isEmpty else {
+                throw UsageError(message: "--subject-stdin: standard input has no install id on its first line", usage: usage)
+            }
+            return (app, line)
+        case (_?, _?, true):
+            throw UsageError(message: "give the install id once: --subject or --subject-stdin", usage: usage)
+        default:
             throw UsageError(message: "--app and --subject (or --subject-stdin) are required", usage: usage)
         }
-        guard arguments.has("--subject-stdin") else { return (app, arguments.value("--subject")!) }
-        guard arguments.value("--subject") == nil else {
-            throw UsageError(message: "give the install id once: --subject or --subject-stdin", usage: usage)
-        }
-        // A UTF-8 byte order mark before the id (an editor's) is not part of it.
-        guard let read = readLine(strippingNewline: true), case let line = read.hasPrefix("\u{FEFF}") ? String(read.dropFirst()) : read,
-              !line.isEmpty else {
-            throw UsageError(message: "--subject-stdin: standard input has no install id on its first line", usage: usage)
-        }
-        return (app, line)
     }
 }

@@ -213,18 +213,7 @@ enum IngestCommand: Command {
         if rejectsFile != nil { ingestor.mode = .storeValid }
         ingestor.onReject = { rejection in
             if let rejectsFile {
-                var line = "{\"input\":"
-                JSONValue.writeQuoted(rejection.input, to: &line)
-                line += ",\"line\":\(rejection.line),\"reason\":"
-                JSONValue.writeQuoted(rejection.reason, to: &line)
-                line += ",\"raw\":"
-                JSONValue.writeQuoted(String(decoding: rejection.raw, as: UTF8.self), to: &line)
-                // JSON text holds no invalid UTF-8: "raw" shows such bytes as U+FFFD, "rawBase64" keeps them.
-                if String(validating: rejection.raw, as: UTF8.self) == nil {
-                    line += ",\"rawBase64\":\"\(Data(rejection.raw).base64EncodedString())\""
-                }
-                line += "}\n"
-                try rejectsFile.write(line)
+                try rejectsFile.write(rejection)
             } else if printed < 100 {
                 printed += 1
                 printError((prefixInput ? "\(rejection.input):" : "") + "\(rejection.line): \(rejection.reason)")

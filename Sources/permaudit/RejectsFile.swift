@@ -1,4 +1,6 @@
+import EventLog
 import Foundation
+import PermissionEvents
 
 /// The file of `ingest --rejects`: one JSON line per rejected input line, written whole or not
 /// at all. Owns its descriptor.
@@ -14,25 +16,33 @@ final class RejectsFile {
     /// else (a pipe, /dev/null, a terminal) is written as it is: its mode is not ours to change.
     init(path: String) throws {
         self.path = path
+        let cannotCreate = { CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))") }
         descriptor = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
-        }
+        guard descriptor >= 0 else { throw cannotCreate() }
         var status = stat()
         let statted = fstat(descriptor, &status) == 0
         isRegular = statted && status.st_mode & S_IFMT == S_IFREG
-        guard statted, !isRegular || (fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, 0) == 0) else {
-            // Every property is set: deinit closes the descriptor.
-            throw CommandFailure(message: "\(path): cannot create the rejects file (\(String(cString: strerror(errno))))")
-        }
+        // Every property is set from here on: deinit closes the descriptor.
+        guard statted, !isRegular || (fchmod(descriptor, 0o600) == 0 && ftruncate(descriptor, 0) == 0) else { throw cannotCreate() }
     }
 
     deinit { close(descriptor) }
 
-    /// Writes one line (with its newline). When the write fails (a full disk), a regular file is
-    /// cut back to its last whole line and the error names the file and the reason.
-    func write(_ line: String) throws {
-        var line = line
+    /// Writes the rejection's line: {"input", "line", "reason", "raw"}, and "rawBase64" for a
+    /// line that is not UTF-8 (JSON text holds no invalid UTF-8: "raw" shows such bytes as
+    /// U+FFFD, "rawBase64" keeps them). When the write fails (a full disk), a regular file is cut
+    /// back to its last whole line and the error names the file and the reason.
+    func write(_ rejection: Ingestor.Rejection) throws {
+        var line = "{\"input\":"
+        JSONValue.writeQuoted(rejection.input, to: &line)
+        line += ",\"line\":\(rejection.line),\"reason\":"
+        JSONValue.writeQuoted(rejection.reason, to: &line)
+        line += ",\"raw\":"
+        JSONValue.writeQuoted(String(decoding: rejection.raw, as: UTF8.self), to: &line)
+        if String(validating: rejection.raw, as: UTF8.self) == nil {
+            line += ",\"rawBase64\":\"\(Data(rejection.raw).base64EncodedString())\""
+        }
+        line += "}\n"
         try line.withUTF8 { bytes in
             var offset = 0
             while offset < bytes.count {
