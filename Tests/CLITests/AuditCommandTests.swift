@@ -4,16 +4,15 @@ import TestSupport
 import XCTest
 
 /// `permaudit audit ...` and `project --follow --seal-every` as a user runs them.
-final class AuditCommandTests: XCTestCase {
-    var url = ""
+final class AuditCommandTests: DatabaseTestCase {
     var home: URL!
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         home = FileManager.default.temporaryDirectory.appendingPathComponent("audit-cli-\(UUID().uuidString)")
     }
     override func tearDown() {
-        TestDatabase.drop(url)
         try? FileManager.default.removeItem(at: home)
+        super.tearDown()
     }
 
     func permaudit(_ arguments: [String], stdin: String? = nil) throws -> CLITests.Run {

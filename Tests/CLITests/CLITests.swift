@@ -5,11 +5,7 @@ import TestSupport
 import XCTest
 
 /// The `permaudit` executable, run as a user runs it.
-final class CLITests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class CLITests: DatabaseTestCase {
     struct Run {
         var status: Int32
         var stdout: String
@@ -411,11 +407,7 @@ final class CLITests: XCTestCase {
 
 /// The projector as a process: killed with SIGKILL at random moments and restarted, it ends
 /// where a clean rebuild ends; `stats` prints what the views hold.
-final class ProjectCommandTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class ProjectCommandTests: DatabaseTestCase {
     func testKilledProjectorEndsEqualToACleanRebuild() throws {
         let db = try Connection(url: url)
         var random = RandomEvents(seed: 11)

@@ -5,17 +5,16 @@ import TestSupport
 import XCTest
 
 /// `simulate`, `report` and `demo` as a user runs them.
-final class ReportCommandTests: XCTestCase {
-    var url = ""
+final class ReportCommandTests: DatabaseTestCase {
     var directory: URL!
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("report-cli-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
     override func tearDown() {
-        TestDatabase.drop(url)
         try? FileManager.default.removeItem(at: directory)
+        super.tearDown()
     }
 
     func permaudit(_ arguments: [String], environment: [String: String] = [:]) throws -> CLITests.Run {

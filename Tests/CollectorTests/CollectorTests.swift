@@ -9,17 +9,14 @@ import TestSupport
 import XCTest
 
 /// The collector end to end: a real socket, a real database (a fresh copy of the migrated template).
-final class CollectorTests: XCTestCase {
+final class CollectorTests: DatabaseTestCase {
     static let app = "com.example.app"
-    var url = ""
     var collectors: [Collector] = []
-
-    override func setUpWithError() throws { url = try TestDatabase.create() }
 
     override func tearDown() {
         for collector in collectors { collector.stop() }
         collectors = []
-        TestDatabase.drop(url)
+        super.tearDown()
     }
 
     static var migrations: Set<Int> {

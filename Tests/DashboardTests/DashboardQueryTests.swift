@@ -10,11 +10,7 @@ import XCTest
 
 /// Every panel of every dashboard, expanded as Grafana expands it, runs as permaudit_analyst on a
 /// simulated and projected log, returns rows, and has the columns its panel format needs.
-final class DashboardQueryTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class DashboardQueryTests: DatabaseTestCase {
     static var dashboardsDirectory: URL { TestDatabase.packageRoot.appendingPathComponent("dashboards/dashboards") }
 
     /// 20,000 synthetic events (about 14 hours of attempts from 2026-09-21), projected; a few

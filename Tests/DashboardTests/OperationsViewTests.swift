@@ -8,11 +8,7 @@ import XCTest
 
 /// Migration 009: the operations views the log-health dashboard reads, and the statistics
 /// functions the experiment panels use.
-final class OperationsViewTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class OperationsViewTests: DatabaseTestCase {
     let intakeTotal = "select coalesce(sum(events), 0)::bigint from analytics.log_intake_minutely"
     let hourlyTotal = "select coalesce(sum(events), 0)::bigint from analytics.log_intake_hourly"
     let rollup = """

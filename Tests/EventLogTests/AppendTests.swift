@@ -6,13 +6,12 @@ import Postgres
 import TestSupport
 import XCTest
 
-final class AppendTests: XCTestCase {
-    var url = ""
+final class AppendTests: DatabaseTestCase {
     var db: Connection!
     var log: EventLog!
 
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         db = try Connection(url: url)
         log = EventLog(connection: db)
     }
@@ -20,7 +19,7 @@ final class AppendTests: XCTestCase {
     override func tearDown() {
         db = nil
         log = nil
-        TestDatabase.drop(url)
+        super.tearDown()
     }
 
     func count() throws -> Int { try db.query("select count(*) from audit.events").scalar() }

@@ -4,11 +4,7 @@ import Postgres
 import TestSupport
 import XCTest
 
-final class CommittedOrderTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class CommittedOrderTests: DatabaseTestCase {
     func testReaderNeverSkipsAnEventCommittedLate() throws {
         let holder = try Connection(url: url)
         let writer = EventLog(connection: try Connection(url: url))

@@ -6,13 +6,12 @@ import Postgres
 import TestSupport
 import XCTest
 
-final class IngestorTests: XCTestCase {
-    var url = ""
+final class IngestorTests: DatabaseTestCase {
     var db: Connection!
     var directory: URL!
 
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         db = try Connection(url: url)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("permaudit-ingest-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -21,7 +20,7 @@ final class IngestorTests: XCTestCase {
     override func tearDown() {
         db = nil
         try? FileManager.default.removeItem(at: directory)
-        TestDatabase.drop(url)
+        super.tearDown()
     }
 
     func write(_ lines: [String], name: String = "events.ndjson") throws -> String {

@@ -4,10 +4,8 @@ import Postgres
 import TestSupport
 import XCTest
 
-final class MigratorTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create(migrated: false) }
-    override func tearDown() { TestDatabase.drop(url) }
+final class MigratorTests: DatabaseTestCase {
+    override class var migrated: Bool { false }
 
     func testAppliesOnceInOrderAndRefusesEditedMigrations() throws {
         let db = try Connection(url: url)

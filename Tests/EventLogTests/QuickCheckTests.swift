@@ -8,18 +8,17 @@ import XCTest
 /// `audit.event_problem` for events it clears. It may send a valid event to the rule walk, but it
 /// must never clear an invalid one: checked over every defect class and a grid of edge values for
 /// every field of every event type.
-final class QuickCheckTests: XCTestCase {
-    var url = ""
+final class QuickCheckTests: DatabaseTestCase {
     var db: Connection!
 
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         db = try Connection(url: url)
     }
 
     override func tearDown() {
         db = nil
-        TestDatabase.drop(url)
+        super.tearDown()
     }
 
     struct Verdicts { var cleared = 0, valid = 0, unsound: [String] = [] }

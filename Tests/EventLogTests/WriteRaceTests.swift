@@ -6,18 +6,17 @@ import XCTest
 
 /// Races of the write path with other transactions, each staged with a transaction held open
 /// (no sleeps decide the outcome; a short pause only lets a call reach its lock wait).
-final class WriteRaceTests: XCTestCase {
-    var url = ""
+final class WriteRaceTests: DatabaseTestCase {
     var db: Connection!
 
     override func setUpWithError() throws {
-        url = try TestDatabase.create()
+        try super.setUpWithError()
         db = try Connection(url: url)
     }
 
     override func tearDown() {
         db = nil
-        TestDatabase.drop(url)
+        super.tearDown()
     }
 
     /// An install erased while a batch of several events waits for another install's lock has

@@ -3,10 +3,8 @@ import Foundation
 import TestSupport
 import XCTest
 
-final class ConnectionTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create(migrated: false) }
-    override func tearDown() { TestDatabase.drop(url) }
+final class ConnectionTests: DatabaseTestCase {
+    override class var migrated: Bool { false }
 
     func testParameterisedQueryAndTypedDecoding() throws {
         let db = try Connection(url: url)

@@ -7,11 +7,7 @@ import XCTest
 
 /// Every example query of docs/analytics.md runs, as the analyst role, on projected data; the
 /// analyst role reads the views and nothing else.
-final class AnalyticsDocTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class AnalyticsDocTests: DatabaseTestCase {
     static func exampleQueries() throws -> [String] { try TestDatabase.sqlBlocks(ofDocument: "docs/analytics.md") }
 
     func testEveryExampleQueryRunsAsTheAnalyst() throws {

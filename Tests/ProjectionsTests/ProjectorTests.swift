@@ -7,11 +7,7 @@ import XCTest
 
 struct NoSecondConnection: Error {}
 
-final class ProjectorTests: XCTestCase {
-    var url = ""
-    override func setUpWithError() throws { url = try TestDatabase.create() }
-    override func tearDown() { TestDatabase.drop(url) }
-
+final class ProjectorTests: DatabaseTestCase {
     func testViewsEqualARecomputationForRandomOrdersAndBatches() throws {
         for seed: UInt64 in [1, 2, 3] {
             let url = try TestDatabase.create()
