@@ -253,14 +253,14 @@ private func reconnect(_ make: () throws -> Projector, stop: StopSignal) throws 
 
 /// Set by SIGINT or SIGTERM; polled between batches.
 final class StopSignal: @unchecked Sendable {
-    // The flag is only touched under the lock; the dispatch sources keep the handlers alive.
+    // The signal received is only touched under the lock; the dispatch sources keep the handlers alive.
     private let lock = NSLock()
-    private var flag = false
+    private var received: Int32?
     private var sources: [DispatchSourceSignal] = []
 
     /// With `announce`, the first signal prints it, and a second one ends the process at once
-    /// (exit 130), for a command that may be waiting where it cannot look at the flag (a read
-    /// from a terminal).
+    /// (exit 128 + the signal's number), for a command that may be waiting where it cannot look
+    /// at the flag (a read from a terminal).
     init(announce: String? = nil) {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
@@ -268,21 +268,24 @@ final class StopSignal: @unchecked Sendable {
             // Two signals in quick succession may reach the handler as one call: its count says.
             let object = source as AnyObject  // weakly: the source holds its handler
             source.setEventHandler { [weak self, weak object] in
-                self?.set(announce, times: (object as? DispatchSourceSignal)?.data ?? 1)
+                self?.set(number, announce, times: (object as? DispatchSourceSignal)?.data ?? 1)
             }
             source.resume()
             sources.append(source)
         }
     }
 
-    private func set(_ announce: String?, times: UInt) {
+    private func set(_ number: Int32, _ announce: String?, times: UInt) {
         lock.lock()
-        let again = flag || times > 1
-        flag = true
+        let again = received != nil || times > 1
+        if received == nil { received = number }
         lock.unlock()
         guard let announce else { return }
-        if again { _exit(130) }
+        if again { _exit(128 + number) }
         printError(announce)
     }
-    func requested() -> Bool { lock.lock(); defer { lock.unlock() }; return flag }
+    func requested() -> Bool { lock.lock(); defer { lock.unlock() }; return received != nil }
+    /// The exit status of a command that a signal stopped: 128 + the first signal's number (130
+    /// for SIGINT, 143 for SIGTERM), as a shell reports a process the signal ended.
+    var exitStatus: Int32 { lock.lock(); defer { lock.unlock() }; return 128 + (received ?? SIGINT) }
 }

@@ -181,7 +181,8 @@ enum IngestCommand: Command {
         not UTF-8), and the exit status is 3 when any line was rejected (FILE must not be one of
         the inputs; a regular file gets mode 0600). Lines may end in LF or CRLF; a UTF-8 byte
         order mark before the first line is skipped. SIGINT or SIGTERM stops it at the next batch
-        and says what was stored (exit 130; all or nothing: nothing); a second one quits at once.
+        and says what was stored (exit 130 or 143; all or nothing: nothing); a second one quits at
+        once.
         """
     static let options = [
         ("--rejects <file>", "Store the valid lines; write invalid ones to <file> (NDJSON)."),
@@ -238,7 +239,7 @@ enum IngestCommand: Command {
             if isatty(2) == 1 { writeToStandardError("\r\u{1B}[K") }
             printError(rejectsFile.map { "interrupted: \(stored(in: $0)); the same command again stores the rest" }
                        ?? "interrupted: nothing from the input was stored (all or nothing)")
-            return 130
+            return stop.exitStatus
         } catch {
             if let rejectsFile {
                 printError("before the error: " + stored(in: rejectsFile))

@@ -267,7 +267,7 @@ final class CLITests: DatabaseTestCase {
             kill(process.processIdentifier, signal)
             let text = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             process.waitUntilExit()
-            XCTAssertEqual(process.terminationStatus, 130, text)
+            XCTAssertEqual(process.terminationStatus, 128 + signal, text)
             let count = try db.query(stored).scalar(Int.self)
             if arguments.isEmpty {
                 XCTAssertTrue(text.contains("interrupted: nothing from the input was stored (all or nothing)"), text)
