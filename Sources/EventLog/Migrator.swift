@@ -16,6 +16,9 @@ public struct Migrator {
         public var alreadyApplied: Int
         /// What `repairAfterRestore` repaired or found wrong, one sentence each.
         public var restoreNotes: [String] = []
+        /// The notices and warnings the migrations applied raised, each after its file's name
+        /// (032 says so where a login that is not a superuser leaves install ids in pg_statistic).
+        public var notices: [String] = []
     }
 
     public let migrations: [Migration]
@@ -105,6 +108,9 @@ public struct Migrator {
         }
         var applied: [String] = []
         var already = 0
+        var notices: [String] = []
+        let noticeHandler = db.onNotice
+        defer { db.onNotice = noticeHandler }
         for migration in migrations {
             let checksum: String = try db.query("select encode(sha256(convert_to($1, 'UTF8')), 'hex')", [migration.sql]).scalar()
             if let row = recorded.first(where: { $0.0 == migration.version }) {
@@ -118,6 +124,7 @@ public struct Migrator {
                 already += 1
                 continue
             }
+            db.onNotice = { notices.append("\(migration.name): \($0)") }
             do {
                 try db.transaction {
                     try db.execute(migration.sql)
@@ -127,12 +134,22 @@ public struct Migrator {
                     )
                 }
             } catch let error as PostgresError {
-                throw MigrationError("\(migration.name): \(error.message)\(error.detail.map { " (\($0))" } ?? "")")
+                throw MigrationError("\(migration.name): \(error.message)\(error.detail.map { " (\($0))" } ?? "")"
+                                     + (error.code == .insufficientPrivilege ? Self.privilegeHint : ""))
             }
+            db.onNotice = noticeHandler
             applied.append(migration.name)
         }
-        return Outcome(applied: applied, alreadyApplied: already, restoreNotes: try Self.repairAfterRestore(db))
+        return Outcome(applied: applied, alreadyApplied: already, restoreNotes: try Self.repairAfterRestore(db), notices: notices)
     }
+
+    /// What a migration refused for want of a privilege needs: PostgreSQL 15 does not make a
+    /// role's creator a member of it, and 011 gives the objects to `permaudit_owner`.
+    static let privilegeHint = """
+        ; the login that migrates must be a superuser, or own the database, have CREATEROLE and be a \
+        member of permaudit_owner: as a superuser, `create role permaudit_owner nologin; grant \
+        permaudit_owner to <login>;` then migrate again (docs/deployment.md, "The migrating login")
+        """
 
     /// What a restore can leave wrong that the recorded migrations do not show (docs/deployment.md,
     /// "Restoring a logical dump"):

@@ -16,6 +16,11 @@ public final class Connection {
     private var preparedNames: [String: String] = [:]
     private var preparedCount = 0
 
+    /// Called with each notice or warning the server sends (`RAISE NOTICE`, a deprecation
+    /// warning), on the thread that is using the connection. Unset (the default), notices are
+    /// dropped: they may quote data, and never reach standard error.
+    public var onNotice: ((PostgresNotice) -> Void)?
+
     /// Opens a connection from a libpq URL or key=value string
     /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
     public init(url: String) throws {
@@ -31,8 +36,13 @@ public final class Connection {
             throw error
         }
         self.handle = handle
-        // Keep server notices (RAISE NOTICE, warnings) off stderr: they may quote data.
-        PQsetNoticeProcessor(handle, { _, _ in }, nil)
+        // Server notices go to `onNotice`, never to libpq's default of stderr. The connection
+        // outlives the handle (deinit finishes it), so the unretained pointer stays valid.
+        PQsetNoticeReceiver(handle, { context, result in
+            guard let context, let result else { return }
+            let connection = Unmanaged<Connection>.fromOpaque(context).takeUnretainedValue()
+            connection.onNotice?(PostgresNotice(result: result))
+        }, Unmanaged.passUnretained(self).toOpaque())
         try execute(Self.sessionSettings)
     }
 

@@ -157,3 +157,21 @@ extension String {
         return String(scalars)
     }
 }
+
+/// A notice or warning the server sent (`Connection.onNotice`): not an error, the statement
+/// goes on. Its message may quote data, as an error's may.
+public struct PostgresNotice: CustomStringConvertible, Sendable {
+    /// `NOTICE`, `WARNING`, `INFO`, ... (not localized).
+    public var severity: String
+    public var code: PostgresError.Code
+    public var message: String
+
+    init(result: OpaquePointer) {
+        func field(_ key: Int32) -> String? { PQresultErrorField(result, key).map { String(cString: $0) } }
+        severity = field(permaudit_PG_DIAG_SEVERITY) ?? "NOTICE"
+        code = PostgresError.Code(field(permaudit_PG_DIAG_SQLSTATE) ?? "00000")
+        message = field(permaudit_PG_DIAG_MESSAGE_PRIMARY) ?? ""
+    }
+
+    public var description: String { "\(severity.lowercased()): \(message)" }
+}

@@ -78,6 +78,9 @@ enum KeysCommand: Command {
           create --app APP   a new key that may write APP's events; printed once (only its SHA-256 is stored)
           list               id, app, created and revoked times of every key (never the keys)
           revoke ID          the key no longer authenticates (within 10 s on a running collector)
+
+        Run as the login that migrates the database (a superuser or a member of permaudit_owner);
+        the collector's permaudit_writer login only verifies keys.
         """
     static let options = [("--app <app>", "The app (bundle id / package name) a new key writes for."), databaseOption]
     static let valueOptions: Set<String> = ["--app", "--database-url"]

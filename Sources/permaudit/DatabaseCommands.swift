@@ -106,6 +106,8 @@ enum MigrateCommand: Command {
         Each file is applied once, in order, in its own transaction, and recorded with its SHA-256
         checksum in permaudit.schema_migrations. Editing an applied file is an error.
         The directory is $PERMAUDIT_SQL_DIR, else the nearest sql/ above the working directory.
+        It runs as a superuser, or as a login that owns the database, may create roles and is a
+        member of permaudit_owner (docs/deployment.md); the migrations' notices go to stderr.
         Then it checks what a restore can leave wrong (docs/deployment.md): guard triggers of
         schema audit that no longer fire ALWAYS are set back (a warning says so), and a
         transaction counter behind the log (appends fail with PA004) is a warning.
@@ -124,6 +126,7 @@ enum MigrateCommand: Command {
         }
         for name in outcome.applied { print("applied \(name)") }
         print("schema is current: \(outcome.applied.count) applied now, \(outcome.alreadyApplied) before")
+        for notice in outcome.notices { printError(notice) }
         for note in outcome.restoreNotes { printError("warning: \(note)") }
         return 0
     }

@@ -131,6 +131,37 @@ final class MigratorTests: DatabaseTestCase {
         XCTAssertEqual(try db.query("select max(version) from permaudit.schema_migrations").scalar(Int.self), try Migrator(directory: TestDatabase.sqlDirectory).migrations.last!.version)
     }
 
+    /// A login that is not a superuser migrates a new database once it is a member of
+    /// permaudit_owner (docs/deployment.md, "The migrating login"); before, 011 stopped with
+    /// "must be member of role", and now the error says what to grant. Its migrate reports 032's
+    /// notice (install ids sampled before 032 stay in pg_statistic), which went nowhere.
+    func testALoginThatIsNotASuperuserMigratesAsDeploymentSays() throws {
+        let login = "migrator_" + UUID().uuidString.lowercased().prefix(8)
+        let admin = try Connection(url: try TestDatabase.cluster.url(database: "postgres"))
+        try admin.execute("create role \(login) login createrole")
+        defer {
+            TestDatabase.drop(url)
+            _ = try? admin.execute("drop role \(login)")
+        }
+        let name = String(url.split(separator: "?")[0].split(separator: "/").last!)
+        try admin.execute("alter database \(name) owner to \(login)")
+        let db = try Connection(url: url.replacingOccurrences(of: "user=permaudit", with: "user=\(login)"))
+        let migrator = try Migrator(directory: TestDatabase.sqlDirectory)
+
+        XCTAssertThrowsError(try migrator.migrate(db)) { error in
+            let text = "\(error)"
+            XCTAssertTrue(text.hasPrefix("011_compliance.sql: must be member of role \"permaudit_owner\"; the login that migrates"), text)
+            XCTAssertTrue(text.contains("grant permaudit_owner to <login>;"), text)
+        }
+        try admin.execute("grant permaudit_owner to \(login)")
+        let outcome = try migrator.migrate(db)
+        XCTAssertEqual(outcome.applied.first, "011_compliance.sql")
+        XCTAssertEqual(try migrator.pending(db), [])
+        XCTAssertEqual(outcome.notices, ["032_link_rows_change_only_by_erasure.sql: notice: statistics sampled from "
+                                         + "audit.subject_streams.subject stay until a superuser deletes them from pg_statistic"])
+        XCTAssertEqual(try db.query("select count(*)::int from audit.events").scalar(Int.self), 0)
+    }
+
     /// deploy/migrate-with-psql.sh (a DBA's way, psql alone) records what the migrator records: the
     /// two carry on from each other, and both refuse an edited migration or half a failed one.
     func testTheMigrationsApplyWithPsqlAlone() throws {
