@@ -259,8 +259,8 @@ final class StopSignal: @unchecked Sendable {
     private var sources: [DispatchSourceSignal] = []
 
     /// With `announce`, the first signal prints it, and a second one ends the process at once
-    /// (exit 128 + the signal's number), for a command that may be waiting where it cannot look
-    /// at the flag (a read from a terminal).
+    /// (exit 128 + the signal's number), for a command that may be waiting where it cannot ask
+    /// `requested()` (a read from a terminal).
     init(announce: String? = nil) {
         for number in [SIGINT, SIGTERM] {
             signal(number, SIG_IGN)
