@@ -124,7 +124,7 @@ public final class Collector: @unchecked Sendable {
     /// transaction counter is past the log, 042).
     private func readiness() -> HTTPResponse {
         do {
-            let (applied, behind) = try pool.withConnection(wait: 1) { db -> (Set<Int>, Bool) in
+            let (applied, behind) = try pool.withConnection(wait: 1, timeout: 2) { db -> (Set<Int>, Bool) in
                 let exists: Bool = try db.query("select to_regclass('permaudit.schema_migrations') is not null").scalar()
                 guard exists else { return ([], false) }
                 let applied = Set(try db.query("select version from permaudit.schema_migrations").column(as: Int.self))
@@ -208,7 +208,7 @@ public final class Collector: @unchecked Sendable {
 
         let app: String?
         do {
-            app = try keys.app(for: key) { key in try pool.withConnection(wait: 1) { try APIKeys.verify(key, on: $0) } }
+            app = try keys.app(for: key) { key in try pool.withConnection(wait: 1, timeout: 2) { try APIKeys.verify(key, on: $0) } }
         } catch let error as DatabaseUnavailable {
             metrics.databaseError()
             committer.databaseState(down: true, error)

@@ -30,6 +30,10 @@ final class ConnectionPool: @unchecked Sendable {
     }
 
     init(url: String, size: Int, retryInterval: Double = 1) {
+        // A hung server (stopped, or a network that drops packets) must not hold a thread: a new
+        // connection waits 3 s at most (libpq's connect_timeout, unless the URL or the environment
+        // sets one), and every statement `withConnection`'s time-out.
+        setenv("PGCONNECT_TIMEOUT", "3", 0)
         self.url = url
         self.size = max(size, 1)
         self.retryInterval = retryInterval
@@ -45,11 +49,13 @@ final class ConnectionPool: @unchecked Sendable {
     /// Runs `body` with a connection of its own. A connection lost under `body` (a server restart
     /// ends every connection at once) takes the idle ones with it, and `body` runs once more on a
     /// new connection: what it did rolled back with the lost one. Failures to connect, a second
-    /// lost connection or a server going away throw `DatabaseUnavailable`.
-    func withConnection<T>(wait: Double = 5, _ body: (Connection) throws -> T) throws -> T {
+    /// lost connection or a server going away throw `DatabaseUnavailable`, and so does a server
+    /// that does not answer a statement within `timeout` seconds (the connection is closed).
+    func withConnection<T>(wait: Double = 5, timeout: Double = 10, _ body: (Connection) throws -> T) throws -> T {
         var retried = false
         while true {
             let connection = try checkOut(wait: wait)
+            connection.responseTimeout = timeout
             do {
                 let result = try body(connection)
                 checkIn(connection)
@@ -96,6 +102,7 @@ final class ConnectionPool: @unchecked Sendable {
         condition.unlock()
         do {
             let connection = try Connection(url: url)
+            connection.responseTimeout = 3
             let clockOffset = try connection.clockOffset()
             condition.lock()
             downUntil = nil

@@ -21,6 +21,13 @@ public final class Connection {
     /// dropped: they may quote data, and never reach standard error.
     public var onNotice: ((PostgresNotice) -> Void)?
 
+    /// Seconds to wait for the server's answer to a statement of `query`, `preparedQuery` or
+    /// `execute` (nil, the default: as long as it takes). Past it the connection is shut down and
+    /// the statement fails with 08006: a hung server (stopped, or a network that drops packets)
+    /// cannot hold the caller's thread. Whether the server carried the statement out is unknown
+    /// (a transaction that did not commit did not happen; an append sent again answers duplicate).
+    public var responseTimeout: Double?
+
     /// Opens a connection from a libpq URL or key=value string
     /// (https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING).
     public init(url: String) throws {
@@ -190,10 +197,10 @@ public final class Connection {
     @discardableResult
     public func query(_ sql: String, _ parameters: [(any PostgresEncodable)?] = []) throws -> QueryResult {
         let texts = try Self.texts(sql, parameters)
-        let result = withCStrings(texts) { pointers in
-            PQexecParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0)
+        return try withCStrings(texts) { pointers in
+            try run("query failed", blocking: { PQexecParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0) },
+                    sending: { PQsendQueryParams(handle, sql, Int32(pointers.count), nil, pointers, nil, nil, 0) })
         }
-        return try check(result, context: "query failed")
     }
 
     /// Runs one statement like `query`, as a server-side prepared statement: prepared the first
@@ -220,13 +227,14 @@ public final class Connection {
         } else {
             preparedCount += 1
             name = "permaudit_\(preparedCount)"
-            _ = try check(PQprepare(handle, name, sql, Int32(texts.count), nil), context: "prepare failed")
+            _ = try run("prepare failed", blocking: { PQprepare(handle, name, sql, Int32(texts.count), nil) },
+                        sending: { PQsendPrepare(handle, name, sql, Int32(texts.count), nil) })
             preparedNames[sql] = name
         }
-        let result = withCStrings(texts) { pointers in
-            PQexecPrepared(handle, name, Int32(pointers.count), pointers, nil, nil, 0)
+        return try withCStrings(texts) { pointers in
+            try run("query failed", blocking: { PQexecPrepared(handle, name, Int32(pointers.count), pointers, nil, nil, 0) },
+                    sending: { PQsendQueryPrepared(handle, name, Int32(pointers.count), pointers, nil, nil, 0) })
         }
-        return try check(result, context: "query failed")
     }
 
     /// Sends one statement without waiting for its result, so the caller can work while the
@@ -264,7 +272,59 @@ public final class Connection {
     /// Runs one or more statements without parameters (for DDL and migration files).
     public func execute(_ sql: String) throws {
         try Self.refuseNUL(sql, in: "the SQL text")
-        _ = try check(PQexec(handle, sql), context: "statement failed")
+        _ = try run("statement failed", blocking: { PQexec(handle, sql) }, sending: { PQsendQuery(handle, sql) })
+    }
+
+    /// One statement (or several, for `execute`) and its result, as PQexec gives it: the last
+    /// result, or the first error. Without `responseTimeout`, libpq's blocking call; with it, the
+    /// same sent without blocking and waited for until the deadline.
+    private func run(_ context: String, blocking: () -> OpaquePointer?, sending: () -> Int32) throws -> QueryResult {
+        guard let timeout = responseTimeout else { return try check(blocking(), context: context) }
+        let deadline = Date().addingTimeInterval(timeout)
+        guard PQsetnonblocking(handle, 1) == 0 else { throw PostgresError.connection(handle, context) }
+        defer { _ = PQsetnonblocking(handle, 0) }
+        guard sending() == 1 else { throw PostgresError.connection(handle, "send failed", code: isOpen ? .misuse : .connectionFailure) }
+        while true {  // the statement out (a large one does not fit the socket's buffer at once)
+            let flushed = PQflush(handle)
+            if flushed == 0 { break }
+            guard flushed == 1 else { throw PostgresError.connection(handle, context) }
+            try waitForSocket(Int16(POLLOUT | POLLIN), until: deadline, timeout: timeout)
+            guard PQconsumeInput(handle) == 1 else { throw PostgresError.connection(handle, context) }
+        }
+        var kept: OpaquePointer?
+        while true {
+            while PQisBusy(handle) == 1 {
+                try waitForSocket(Int16(POLLIN), until: deadline, timeout: timeout)
+                guard PQconsumeInput(handle) == 1 else { break }  // lost: PQgetResult reports it
+            }
+            guard let next = PQgetResult(handle) else { break }
+            if let previous = kept, PQresultStatus(previous) == PGRES_FATAL_ERROR {
+                PQclear(next)  // after an error only what ends the statement follows
+            } else {
+                if let previous = kept { PQclear(previous) }
+                kept = next
+            }
+        }
+        return try check(kept, context: context)
+    }
+
+    /// Waits for the socket until `deadline`; past it, shuts the connection down (libpq then sees
+    /// it closed) and throws 08006.
+    private func waitForSocket(_ events: Int16, until deadline: Date, timeout: Double) throws {
+        let socket = PQsocket(handle)
+        while true {
+            let remaining = deadline.timeIntervalSinceNow
+            if remaining <= 0 {
+                if socket >= 0 { shutdown(socket, Int32(SHUT_RDWR)) }
+                _ = PQconsumeInput(handle)
+                throw PostgresError(code: .connectionFailure,
+                                    message: "the server did not answer within \(timeout) s; the connection is closed")
+            }
+            var descriptor = pollfd(fd: socket, events: events, revents: 0)
+            let ready = poll(&descriptor, 1, Int32(max(1, min(remaining, 1) * 1000)))
+            if ready > 0 { return }
+            if ready < 0 && errno != EINTR { throw PostgresError.connection(handle, "poll failed") }
+        }
     }
 
     /// The parameters in text format, once the SQL text and each of them is known to hold no NUL.
@@ -539,10 +599,10 @@ public final class CopyWriter {
 }
 
 /// Calls `body` with a C array of NUL-terminated strings (nil entries stay NULL).
-private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) -> R) -> R {
+private func withCStrings<R>(_ strings: [String?], _ body: ([UnsafePointer<CChar>?]) throws -> R) rethrows -> R {
     var owned: [UnsafeMutablePointer<CChar>?] = strings.map { $0.map { strdup($0) } }
     defer { for pointer in owned { free(pointer) } }
-    return owned.withUnsafeMutableBufferPointer { buffer in
-        body(buffer.map { UnsafePointer($0) })
+    return try owned.withUnsafeMutableBufferPointer { buffer in
+        try body(buffer.map { UnsafePointer($0) })
     }
 }

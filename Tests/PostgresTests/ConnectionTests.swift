@@ -400,4 +400,32 @@ final class ConnectionTests: DatabaseTestCase {
         XCTAssertEqual(try db.query("select '12000-01-01 00:00:00+00'::timestamptz").scalar(Date.self),
                        Date(timeIntervalSince1970: 316_516_204_800))
     }
+
+    /// With `responseTimeout`, statements run as without it (a parameter larger than the socket's
+    /// buffer, several statements, an error among them), and a server that stops answering (its
+    /// backend stopped with SIGSTOP) ends the wait with 08006 and a closed connection, where the
+    /// caller's thread waited for as long as the server was stopped.
+    func testAResponseTimeoutBoundsTheWaitForAHungServer() throws {
+        let db = try Connection(url: url)
+        db.responseTimeout = 30
+        let large = String(repeating: "x", count: 2_000_000)
+        XCTAssertEqual(try db.query("select length($1)", [large]).scalar(Int.self), 2_000_000)
+        XCTAssertEqual(try db.preparedQuery("select $1::int + 1", [41]).scalar(Int.self), 42)
+        try db.execute("create temporary table t (n int); insert into t values (1), (2)")
+        XCTAssertEqual(try db.query("select count(*)::int from t").scalar(Int.self), 2)
+        XCTAssertThrowsError(try db.execute("insert into t values (3); select 1/0; insert into t values (4)")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "22012")
+        }
+        XCTAssertEqual(try db.query("select count(*)::int from t").scalar(Int.self), 2, "one transaction: nothing of it stayed")
+
+        let backend = try db.query("select pg_backend_pid()").scalar(Int.self)
+        XCTAssertEqual(kill(pid_t(backend), SIGSTOP), 0)
+        defer { kill(pid_t(backend), SIGCONT) }
+        db.responseTimeout = 1
+        XCTAssertThrowsError(try db.query("select 1")) { error in
+            XCTAssertEqual((error as? PostgresError)?.code, .connectionFailure)
+            XCTAssertTrue("\(error)".contains("the server did not answer within 1.0 s"), "\(error)")
+        }
+        XCTAssertFalse(db.isOpen)
+    }
 }
