@@ -413,7 +413,7 @@ extension JSONValue {
     /// that `numeric` refuses (±1,073,741,823 and beyond) counts as longer than any event may be.
     static func numericLength(_ text: String) -> Int {
         let parts = text.split(whereSeparator: { $0 == "e" || $0 == "E" })
-        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, abs(exponent) < 1_073_741_823 else { return Int(Int32.max) }
+        guard let exponent = parts.count > 1 ? Int(parts[1]) : 0, exponent.magnitude < 1_073_741_823 else { return Int(Int32.max) }
         var mantissa = Substring(parts[0])
         let negative = mantissa.hasPrefix("-")
         if negative { mantissa = mantissa.dropFirst() }

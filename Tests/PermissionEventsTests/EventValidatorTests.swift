@@ -105,4 +105,16 @@ final class EventValidatorTests: XCTestCase {
         let value = try JSONParser.parse(" { \"b\" : {\"c\":\"x\\\"y\", \"d\": [ ], \"e\": { } }, \"a\":[1, 2], \"a\": [1,2,3] } ")
         XCTAssertEqual(value.compactTextLength, "{\"a\":[1,2,3],\"b\":{\"c\":\"x\\\"y\",\"d\":[],\"e\":{}}}".utf8.count)
     }
+
+    /// An exponent of Int.min trapped in the size rule (abs overflowed) and ended the process
+    /// (ingest, append, the collector); it is over the size limit like any exponent numeric refuses.
+    func testAnExponentOfIntMinIsOverTheSizeLimit() throws {
+        for number in ["1e-9223372036854775808", "1e9223372036854775807", "1e-1073741823"] {
+            let event = EventFixtures.event(overrides: ["attributes": #"{"n": \#(number)}"#])
+            guard case .failure(let problem) = EventValidator().validate(bytes: Array(event.utf8)) else {
+                return XCTFail("\(number): accepted")
+            }
+            XCTAssertTrue("\(problem)".contains("event: must be at most 16 KiB of JSON"), "\(number): \(problem)")
+        }
+    }
 }
