@@ -71,7 +71,13 @@ public final class Collector: @unchecked Sendable {
             server = try HTTPServer(host: configuration.host, port: configuration.port, threads: configuration.threads,
                                     connectionTimeout: configuration.connectionTimeout,
                                     maxBodyBytes: Collector.maxBodyBytes,
-                                    answeredByServer: { [metrics] status in metrics.refused(status: status) }) { [unowned self] request, respond in
+                                    answeredByServer: { [metrics] status in metrics.refused(status: status) },
+                                    admit: { [unowned self] request in
+                let started = DispatchTime.now().uptimeNanoseconds
+                guard let refusal = admit(&request) else { return nil }
+                metrics.request(status: refusal.status, seconds: Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9)
+                return refusal
+            }) { [unowned self] request, respond in
                 let started = DispatchTime.now().uptimeNanoseconds
                 handle(request) { response in
                     self.metrics.request(status: response.status,
@@ -158,10 +164,25 @@ public final class Collector: @unchecked Sendable {
 
     private static let utf8Charsets: Set<String> = ["charset=utf-8", "charset=\"utf-8\"", "charset=utf8", "charset=\"utf8\""]
 
-    private func postEvents(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
+    enum ContentCoding { case identity, gzip }
+
+    /// The body's one coding, or nil when it is one the collector does not decode.
+    static func contentCoding(_ request: HTTPRequest) -> ContentCoding? {
+        switch request.header("content-encoding")?.trimmingCharacters(in: .whitespaces).lowercased() {
+        case nil, "", "identity": .identity
+        case "gzip": .gzip
+        default: nil
+        }
+    }
+
+    /// What the headers of `POST /v1/events` decide, before its body is read (so that a request
+    /// without a valid key is never read, decompressed or parsed, and a client that sent
+    /// `Expect: 100-continue` never sends it): the key header, the content type and coding, the
+    /// key (cached), the key's rate. Sets the request's principal to the key's app.
+    func admit(_ request: inout HTTPRequest) -> HTTPResponse? {
+        guard request.path == "/v1/events", request.method == "POST" else { return nil }
         guard let key = Self.bearerKey(request.header("authorization")) else {
-            return respond(Self.error(401, "an API key is required: 'Authorization: Bearer KEY'",
-                                      headers: [("WWW-Authenticate", "Bearer")]))
+            return Self.error(401, "an API key is required: 'Authorization: Bearer KEY'", headers: [("WWW-Authenticate", "Bearer")])
         }
         let contentType = (request.header("content-type") ?? "").split(separator: ";").map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
@@ -170,13 +191,42 @@ public final class Collector: @unchecked Sendable {
         // spelling of it), and nothing else.
         guard contentType.first == "application/json",
               contentType.dropFirst().allSatisfy({ !$0.hasPrefix("charset=") || Self.utf8Charsets.contains($0) }) else {
-            return respond(Self.error(415, "the body must be 'Content-Type: application/json' (UTF-8)"))
+            return Self.error(415, "the body must be 'Content-Type: application/json' (UTF-8)")
+        }
+        guard Self.contentCoding(request) != nil else {
+            return Self.error(415, "Content-Encoding must be gzip or identity (one coding)")
+        }
+        let app: String?
+        do {
+            app = try keys.app(for: key) { key in try pool.withConnection(wait: 1, timeout: 2) { try APIKeys.verify(key, on: $0) } }
+        } catch let error as DatabaseUnavailable {
+            metrics.databaseError()
+            committer.databaseState(down: true, error)
+            return unavailable()
+        } catch {
+            // The database answers but refuses the key check (e.g. a role without the writer's privileges).
+            metrics.databaseError()
+            configuration.log("collector: API key check failed: \(GroupCommitter.oneLine(error))")
+            return Self.error(500, "internal error; the events were not stored")
+        }
+        guard let app else {
+            return Self.error(401, "unknown or revoked API key", headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")])
+        }
+        if let wait = limiter.take(key) {
+            return Self.error(429, "rate limit of this API key exceeded", headers: [("Retry-After", "\(wait)")])
+        }
+        request.principal = app
+        return nil
+    }
+
+    /// The body of an admitted `POST /v1/events`.
+    private func postEvents(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
+        guard let app = request.principal else {
+            // Not admitted (the server runs `admit` before every handled request).
+            return respond(Self.error(401, "an API key is required: 'Authorization: Bearer KEY'", headers: [("WWW-Authenticate", "Bearer")]))
         }
         var body = request.body
-        switch request.header("content-encoding")?.trimmingCharacters(in: .whitespaces).lowercased() {
-        case nil, "", "identity":
-            break
-        case "gzip":
+        if Self.contentCoding(request) == .gzip {
             do {
                 body = try Gzip.decompress(body, limit: Self.maxBodyBytes, maxRatio: Self.maxInflationRatio)
             } catch {
@@ -185,8 +235,6 @@ public final class Collector: @unchecked Sendable {
                 case .corrupt: return respond(Self.error(400, error.description))
                 }
             }
-        default:
-            return respond(Self.error(415, "Content-Encoding must be gzip or identity (one coding)"))
         }
         let parsed: JSONParser.Sized
         do {
@@ -206,25 +254,6 @@ public final class Collector: @unchecked Sendable {
             return respond(Self.error(413, "at most \(Self.maxEvents) events per request, got \(elements.count)"))
         }
 
-        let app: String?
-        do {
-            app = try keys.app(for: key) { key in try pool.withConnection(wait: 1, timeout: 2) { try APIKeys.verify(key, on: $0) } }
-        } catch let error as DatabaseUnavailable {
-            metrics.databaseError()
-            committer.databaseState(down: true, error)
-            return respond(unavailable())
-        } catch {
-            // The database answers but refuses the key check (e.g. a role without the writer's privileges).
-            metrics.databaseError()
-            configuration.log("collector: API key check failed: \(GroupCommitter.oneLine(error))")
-            return respond(Self.error(500, "internal error; the events were not stored"))
-        }
-        guard let app else {
-            return respond(Self.error(401, "unknown or revoked API key", headers: [("WWW-Authenticate", "Bearer error=\"invalid_token\"")]))
-        }
-        if let wait = limiter.take(key) {
-            return respond(Self.error(429, "rate limit of this API key exceeded", headers: [("Retry-After", "\(wait)")]))
-        }
         // Another app's events refuse the batch; a malformed `app` is the event's own error (below).
         let foreign = elements.indices.filter { elements[$0]["app"]?.stringValue.map { $0 != app && EventValidator.isApp($0) } ?? false }
         guard foreign.isEmpty else {

@@ -9,6 +9,9 @@ public struct HTTPRequest: Sendable {
     /// Header names in lower case.
     public var headers: [String: String]
     public var body: [UInt8]
+    /// Whom the server's admission check found the request to come from (the collector: the app
+    /// of its API key); nil when no check set it.
+    public var principal: String?
 
     public init(method: String, path: String, headers: [String: String] = [:], body: [UInt8] = []) {
         self.method = method
@@ -40,15 +43,22 @@ public struct HTTPResponse: Sendable {
 /// thread, exactly once. Until then the connection is suspended and holds no server thread.
 public typealias HTTPHandler = @Sendable (HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) -> Void
 
+/// Called once per request on a server thread when its headers are in and its body is not (the
+/// request's `body` is empty): a response refuses the request there, before a byte of its body is
+/// read, and its connection is closed (`Connection: close`); nil lets the body in. It may set the
+/// request's `principal` for the handler.
+public typealias HTTPAdmission = @Sendable (inout HTTPRequest) -> HTTPResponse?
+
 public struct HTTPServerError: Error, CustomStringConvertible, Sendable {
     public var description: String
 }
 
 /// An HTTP/1.1 server on GNU libmicrohttpd (https://www.gnu.org/software/libmicrohttpd/manual/),
 /// the only owner of its `MHD_Daemon`: a thread pool with epoll (or poll), bodies collected up to
-/// `maxBodyBytes` (a larger body is answered 413 and never handed to the handler), idle
-/// connections closed after `connectionTimeout` seconds, and suspend/resume so that a handler can
-/// answer later without holding a thread.
+/// `maxBodyBytes` (a larger body is answered 413 and never handed to the handler), an optional
+/// admission check on the headers before the body is read, idle connections closed after
+/// `connectionTimeout` seconds, and suspend/resume so that a handler can answer later without
+/// holding a thread.
 ///
 ///     let server = try HTTPServer(host: "127.0.0.1", port: 0, threads: 4) { request, respond in
 ///         respond(HTTPResponse(status: 200, contentType: "text/plain", text: "ok\n"))
@@ -61,6 +71,7 @@ public final class HTTPServer: @unchecked Sendable {
     public let host: String
     public private(set) var port: UInt16 = 0
     public let maxBodyBytes: Int
+    private let admit: HTTPAdmission?
     private let handler: HTTPHandler
     private let answeredByServer: @Sendable (Int) -> Void
     private var daemon: OpaquePointer?
@@ -79,10 +90,11 @@ public final class HTTPServer: @unchecked Sendable {
 
     public init(host: String, port: UInt16, threads: Int, connectionTimeout: Int = 10, connectionLimit: Int = 1024,
                 maxBodyBytes: Int = 1 << 20, answeredByServer: @escaping @Sendable (_ status: Int) -> Void = { _ in },
-                handler: @escaping HTTPHandler) throws {
+                admit: HTTPAdmission? = nil, handler: @escaping HTTPHandler) throws {
         self.host = host
         self.maxBodyBytes = maxBodyBytes
         self.answeredByServer = answeredByServer
+        self.admit = admit
         self.handler = handler
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -182,6 +194,14 @@ public final class HTTPServer: @unchecked Sendable {
                text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), Int(text).map({ $0 > maxBodyBytes }) ?? true {
                 exchange.phase = .answered
                 return refuseRequest(connection, Self.tooLarge(maxBodyBytes))
+            }
+            if let admit, var refusal = admit(&exchange.request) {
+                // The admission's refusals are its own to count. The body stays unread, so the
+                // connection cannot carry another request.
+                exchange.phase = .answered
+                refusal.headers.removeAll { $0.0.lowercased() == "connection" }
+                refusal.headers.append(("Connection", "close"))
+                return Self.queue(connection, refusal)
             }
             return .YES
         }

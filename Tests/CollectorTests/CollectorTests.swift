@@ -219,9 +219,10 @@ final class CollectorTests: DatabaseTestCase {
 
     // MARK: Limits that never reach the database
 
-    /// The collector's database does not exist: what is refused for its size or form is refused
-    /// without it (413/400, not 503); a valid request gets 503 and the process keeps serving.
-    func testBodyLimitsAndGzipBombsAreRefusedWithoutTheDatabase() throws {
+    /// The collector's database does not exist: what the headers alone refuse is refused without
+    /// it (413 for the size, 401 without a key); a request with a key gets 503 before its body is
+    /// read, and the process keeps serving.
+    func testHeaderLimitsAreRefusedWithoutTheDatabase() throws {
         let missing = "postgresql:///no_such_database?host=/nonexistent&user=nobody"
         let client = try HTTPClient(port: try start(databaseURL: missing).port)
         let key = "pak_" + String(repeating: "a", count: 64)
@@ -238,26 +239,84 @@ final class CollectorTests: DatabaseTestCase {
             XCTAssertEqual(refused.status, 413, length)
             XCTAssertTrue(refused.text.contains("larger than 1048576"), refused.text)
         }
+        XCTAssertEqual(try Self.post(client, [EventFixtures.event(app: Self.app)], key: nil).status, 401)
+
+        // The headers only: the 503 comes without the body.
+        let raw = try HTTPClient(port: client.port)
+        try raw.write(Array("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\nContent-Length: 1000\r\n\r\n".utf8))
+        let unavailable = try raw.readResponse()
+        XCTAssertEqual(unavailable.status, 503)
+        XCTAssertEqual(unavailable.headers["retry-after"], "2")
+        XCTAssertEqual(unavailable.headers["connection"], "close")
+        XCTAssertEqual(try client.send("GET", "/healthz").status, 200)
+        XCTAssertEqual(try client.send("GET", "/readyz").status, 503)
+    }
+
+    /// A request refused by its headers (no key, an unknown key, a type or coding the collector
+    /// does not take) is answered before its body is sent, and its connection closed: nothing of
+    /// the body is read, decompressed or parsed. A client that asks first (`Expect: 100-continue`)
+    /// sends its body only when the key is good.
+    func testARequestRefusedByItsHeadersIsAnsweredBeforeItsBody() throws {
+        let key = try createKey()
+        let port = try start().port
+        let head = "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n"
+        let cases: [(String, Int)] = [
+            ("Content-Type: application/json\r\n", 401),
+            ("Content-Type: application/json\r\nAuthorization: Bearer pak_\(String(repeating: "0", count: 64))\r\nExpect: 100-continue\r\n", 401),
+            ("Content-Type: text/plain\r\nAuthorization: Bearer \(key)\r\n", 415),
+            ("Content-Type: application/json\r\nContent-Encoding: br\r\nAuthorization: Bearer \(key)\r\n", 415),
+        ]
+        for (headers, status) in cases {
+            let client = try HTTPClient(port: port, timeout: 5)
+            try client.write(Array((head + headers + "\r\n").utf8))
+            let response = try client.readResponse()
+            XCTAssertEqual(response.status, status, headers)
+            XCTAssertEqual(response.headers["connection"], "close", headers)
+        }
+        // What follows the headers of a refused request is never read as another request.
+        let hidden = UUID()
+        let hiddenBody = "[\(EventFixtures.event(id: hidden, app: Self.app))]"
+        let hiddenRequest = "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\n"
+            + "Content-Length: \(hiddenBody.utf8.count)\r\n\r\n" + hiddenBody
+        let smuggler = try HTTPClient(port: port, timeout: 5)
+        try smuggler.write(Array(("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                  + "Content-Length: \(hiddenRequest.utf8.count)\r\n\r\n" + hiddenRequest).utf8))
+        XCTAssertTrue(smuggler.waitForClose(timeout: 5), "the connection ends after the 401")
+        XCTAssertEqual(try storedCount([hidden]), 0)
+
+        let id = UUID()
+        let body = Array("[\(EventFixtures.event(id: id, app: Self.app))]".utf8)
+        let client = try HTTPClient(port: port, timeout: 5)
+        try client.write(Array(("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer \(key)\r\n"
+                                + "Expect: 100-continue\r\nContent-Length: \(body.count)\r\n\r\n").utf8))
+        XCTAssertEqual(try client.readResponse().status, 100)
+        try client.write(body)
+        let stored = try client.readResponse()
+        XCTAssertEqual(stored.status, 200, stored.text)
+        XCTAssertEqual(try storedCount([id]), 1)
+    }
+
+    /// Bodies that decompress or nest past the limits are refused after the key check, and
+    /// nothing of them is stored.
+    func testGzipBombsAreRefusedAndStoreNothing() throws {
+        let key = try createKey()
+        let client = try HTTPClient(port: try start().port)
+        let headers = [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"), ("Content-Encoding", "gzip")]
         // 16 MiB of spaces compress to ~16 KiB: refused at 1 MiB of output.
         let bomb = Gzip.compress([UInt8](repeating: 0x20, count: 16 << 20))
         XCTAssertLessThan(bomb.count, 1 << 20)
-        let bombed = try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
-                                                                      ("Content-Encoding", "gzip")], body: bomb)
+        let bombed = try client.send("POST", "/v1/events", headers: headers, body: bomb)
         XCTAssertEqual(bombed.status, 413)
         XCTAssertTrue(bombed.text.contains("larger than 1048576"), bombed.text)
         // Under 1 MiB decompressed, but a ratio no JSON batch has.
-        let dense = try Self.post(client, body: large.prefix(900_000) + [UInt8]("]".utf8), key: key, gzip: true)
-        XCTAssertEqual(dense.status, 413)
-        XCTAssertTrue(dense.text.contains("times its compressed size"), dense.text)
-        let corrupt = try client.send("POST", "/v1/events", headers: [("Content-Type", "application/json"), ("Authorization", "Bearer \(key)"),
-                                                                       ("Content-Encoding", "gzip")], body: Array("not gzip".utf8))
-        XCTAssertEqual(corrupt.status, 400)
-
-        let valid = try Self.post(client, [EventFixtures.event(app: Self.app)], key: key)
-        XCTAssertEqual(valid.status, 503)
-        XCTAssertEqual(valid.headers["retry-after"], "2")
-        XCTAssertEqual(try client.send("GET", "/healthz").status, 200)
-        XCTAssertEqual(try client.send("GET", "/readyz").status, 503)
+        let events = String(repeating: EventFixtures.event(app: Self.app) + ",", count: 400)
+        let dense = Array(("[" + events + String(repeating: " ", count: 800_000) + "1]").utf8)
+        let inflated = try client.send("POST", "/v1/events", headers: headers, body: Gzip.compress(dense))
+        XCTAssertEqual(inflated.status, 413)
+        XCTAssertTrue(inflated.text.contains("times its compressed size"), inflated.text)
+        XCTAssertEqual(try client.send("POST", "/v1/events", headers: headers, body: Array("not gzip".utf8)).status, 400)
+        let stored: Int = try Connection(url: url).query("select count(*)::int from audit.events").scalar()
+        XCTAssertEqual(stored, 0)
     }
 
     /// Requests whose framing or key is ambiguous (request smuggling: a second request hidden in
