@@ -26,9 +26,23 @@ public struct ValidatedEvent: Sendable {
     public var attempt: UUID?
     public var permission: Permission?
     public var flow: String?
-    public var experiments: [String: String]
+    /// The experiment assignments, in the order `jsonb` keeps the keys (shorter first, then byte
+    /// order). A list, not a dictionary: keys that differ in bytes but are canonically equivalent
+    /// ("\u{E9}" and "e\u{301}") are two experiments to the database, one key to a Swift `String`.
+    public var experiments: [ExperimentAssignment]
     /// The whole event as parsed.
     public var json: JSONValue
+}
+
+/// One member of an event's `experiments`: the experiment key and the variant shown.
+public struct ExperimentAssignment: Hashable, Sendable {
+    public var experiment: String
+    public var variant: String
+
+    public init(experiment: String, variant: String) {
+        self.experiment = experiment
+        self.variant = variant
+    }
 }
 
 /// The wire-format v1 rules (domain contract sections 2-3) in code. The database's
@@ -217,10 +231,10 @@ public struct EventValidator: Sendable {
         }
     }
 
-    private func experimentsField(_ object: JSONValue) throws(EventProblem) -> [String: String] {
-        guard let raw = object["experiments"] else { return [:] }
+    private func experimentsField(_ object: JSONValue) throws(EventProblem) -> [ExperimentAssignment] {
+        guard let raw = object["experiments"] else { return [] }
         guard case let .object(members) = raw else { throw EventProblem(field: "experiments", rule: "must be an object") }
-        var result: [String: String] = [:]
+        var result: [ExperimentAssignment] = []
         for member in members.sorted(by: { Self.jsonbKeyOrder($0.key, $1.key) }) {
             let count = member.key.unicodeScalars.count
             guard (1...64).contains(count) else {
@@ -232,7 +246,7 @@ public struct EventValidator: Sendable {
             guard (1...64).contains(variant.unicodeScalars.count) else {
                 throw EventProblem(field: "experiments.\(Self.keyInMessage(member.key))", rule: "must be 1-64 characters")
             }
-            result[member.key] = variant
+            result.append(ExperimentAssignment(experiment: member.key, variant: variant))
         }
         return result
     }

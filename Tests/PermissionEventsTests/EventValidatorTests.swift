@@ -80,7 +80,15 @@ final class EventValidatorTests: XCTestCase {
         XCTAssertEqual(event.osMajor, 17)
         XCTAssertEqual(event.platform, .ios)
         XCTAssertEqual(event.permission, .iosReadWrite)
-        XCTAssertEqual(event.experiments, ["priming-2026": "treatment"])
+        XCTAssertEqual(event.experiments, [ExperimentAssignment(experiment: "priming-2026", variant: "treatment")])
+    }
+
+    /// Keys equal as Swift strings but not byte for byte are two experiments, as in `jsonb`.
+    func testCanonicallyEquivalentExperimentKeysStayApart() {
+        let json = EventFixtures.event(overrides: ["experiments": "{\"caf\u{E9}\":\"a\",\"cafe\u{301}\":\"b\",\"x\":\"c\"}"])
+        guard case let .success(event) = validator.validate(line: json) else { return XCTFail("rejected") }
+        XCTAssertEqual(event.experiments.map(\.variant), ["c", "a", "b"], "jsonb order: shorter keys first, then bytes")
+        XCTAssertEqual(event.experiments.map { Array($0.experiment.utf8) }, [Array("x".utf8), Array("caf\u{E9}".utf8), Array("cafe\u{301}".utf8)])
     }
 
     /// RFC 3339's fraction is one digit or more, with no upper bound.
