@@ -8,13 +8,15 @@
 
 /* MHD_start_daemon and MHD_get_daemon_info are variadic, which Swift cannot call: these two
    fixed-signature wrappers pass exactly the options the server uses. STRICT_FOR_CLIENT 1: an
-   HTTP/1.1 request without Host, or with spaces in its URL, is refused (400). */
+   HTTP/1.1 request without Host, or with spaces in its URL, is refused (400). `unescape`
+   decodes the %HH escapes of a request target in place (MHD_OPTION_UNESCAPE_CALLBACK). */
 static inline struct MHD_Daemon *permaudit_mhd_start(
     unsigned int flags, const struct sockaddr *address,
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
     unsigned int thread_pool_size, unsigned int connection_timeout,
-    unsigned int connection_limit, size_t connection_memory_limit)
+    unsigned int connection_limit, size_t connection_memory_limit,
+    size_t (*unescape)(void *context, struct MHD_Connection *connection, char *text))
 {
     return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
                             MHD_OPTION_SOCK_ADDR, address,
@@ -24,6 +26,7 @@ static inline struct MHD_Daemon *permaudit_mhd_start(
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
                             MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                             MHD_OPTION_END);
 }
 

@@ -108,7 +108,8 @@ public final class HTTPServer: @unchecked Sendable {
         daemon = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
                 permaudit_mhd_start(flags, socketAddress, accessHandler, context, requestCompleted, context,
-                                    UInt32(max(threads, 1)), UInt32(connectionTimeout), UInt32(connectionLimit), 64 * 1024)
+                                    UInt32(max(threads, 1)), UInt32(connectionTimeout), UInt32(connectionLimit), 64 * 1024,
+                                    unescapeTarget)
             }
         }
         guard let daemon else {
@@ -411,6 +412,36 @@ private func originForm(_ target: String) -> String {
         return String(authorityAndPath[slash...])
     }
     return target
+}
+
+/// libmicrohttpd's decoding of the `%HH` escapes of a request target, in place, but for `%00`,
+/// which stays as it is: decoded, the NUL would end the target's C string there, and
+/// `/metrics%00.png` would be `/metrics` to the server but another path to a proxy in front.
+private let unescapeTarget: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<CChar>?) -> Int = { _, _, text in
+    guard let text else { return 0 }
+    var read = 0, write = 0
+    while text[read] != 0 {
+        if text[read] == 0x25, let high = hexDigit(text[read + 1]), let low = hexDigit(text[read + 2]), high | low != 0 {
+            text[write] = CChar(bitPattern: high << 4 | low)
+            read += 3
+        } else {
+            text[write] = text[read]
+            read += 1
+        }
+        write += 1
+    }
+    text[write] = 0
+    return write
+}
+
+private func hexDigit(_ character: CChar) -> UInt8? {
+    let byte = UInt8(bitPattern: character)
+    switch byte {
+    case 0x30...0x39: return byte - 0x30
+    case 0x41...0x46: return byte - 0x41 + 10
+    case 0x61...0x66: return byte - 0x61 + 10
+    default: return nil
+    }
 }
 
 private let requestCompleted: MHD_RequestCompletedCallback = { context, _, state, _ in

@@ -367,6 +367,12 @@ final class CollectorTests: DatabaseTestCase {
         let absolute = try HTTPClient(port: collector.port)
         try absolute.write(Array("GET HTTP://127.0.0.1:\(collector.port)/healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         XCTAssertEqual(try absolute.readResponse().status, 200, "absolute-form target")
+        // Escapes are decoded, but for %00: a NUL would end the path there for the server only.
+        let escaped = try HTTPClient(port: collector.port)
+        XCTAssertEqual(try escaped.send("GET", "/%68ealthz").status, 200)
+        XCTAssertEqual(try escaped.send("GET", "/healthz%00.png").status, 404)
+        XCTAssertEqual(try escaped.send("GET", "/metrics%00").status, 404)
+        XCTAssertEqual(try escaped.send("GET", "/healthz%2").status, 404)
 
         // A list field's repeated lines are one list (RFC 9110 section 5.3): gzip twice is an
         // encoding the collector does not decode.
@@ -379,7 +385,7 @@ final class CollectorTests: DatabaseTestCase {
         XCTAssertEqual(try storedCount([outer, hidden]), 1)
         let metrics = try client.send("GET", "/metrics").text
         for line in ["permaudit_collector_requests_total{code=\"400\"} 11", "permaudit_collector_requests_total{code=\"415\"} 1",
-                     "permaudit_collector_request_duration_seconds_count 3"] {
+                     "permaudit_collector_request_duration_seconds_count 7"] {
             XCTAssertTrue(metrics.contains(line + "\n"), line + "\n" + metrics)
         }
     }
