@@ -164,6 +164,8 @@ public final class Collector: @unchecked Sendable {
 
     private static let utf8Charsets: Set<String> = ["charset=utf-8", "charset=\"utf-8\"", "charset=utf8", "charset=\"utf8\""]
 
+    private static let keyRequired = error(401, "an API key is required: 'Authorization: Bearer KEY'", headers: [("WWW-Authenticate", "Bearer")])
+
     enum ContentCoding { case identity, gzip }
 
     /// The body's one coding, or nil when it is one the collector does not decode.
@@ -182,7 +184,7 @@ public final class Collector: @unchecked Sendable {
     func admit(_ request: inout HTTPRequest) -> HTTPResponse? {
         guard request.path == "/v1/events", request.method == "POST" else { return nil }
         guard let key = Self.bearerKey(request.header("authorization")) else {
-            return Self.error(401, "an API key is required: 'Authorization: Bearer KEY'", headers: [("WWW-Authenticate", "Bearer")])
+            return Self.keyRequired
         }
         let contentType = (request.header("content-type") ?? "").split(separator: ";").map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
@@ -223,7 +225,7 @@ public final class Collector: @unchecked Sendable {
     private func postEvents(_ request: HTTPRequest, _ respond: @escaping @Sendable (HTTPResponse) -> Void) {
         guard let app = request.principal else {
             // Not admitted (the server runs `admit` before every handled request).
-            return respond(Self.error(401, "an API key is required: 'Authorization: Bearer KEY'", headers: [("WWW-Authenticate", "Bearer")]))
+            return respond(Self.keyRequired)
         }
         var body = request.body
         if Self.contentCoding(request) == .gzip {

@@ -296,8 +296,8 @@ final class CollectorTests: DatabaseTestCase {
         XCTAssertEqual(try storedCount([id]), 1)
     }
 
-    /// Bodies that decompress or nest past the limits are refused after the key check, and
-    /// nothing of them is stored.
+    /// Gzip bodies past the size or ratio limit, or not gzip at all, are refused after the key
+    /// check, and nothing of them is stored.
     func testGzipBombsAreRefusedAndStoreNothing() throws {
         let key = try createKey()
         let client = try HTTPClient(port: try start().port)
