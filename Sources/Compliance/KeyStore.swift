@@ -9,6 +9,55 @@ public struct KeyStore {
 
     public init(directory: URL) { self.directory = directory }
 
+    /// Where `audit rotate-key` writes the next pair, until the chain is handed over to it.
+    public var next: KeyStore { KeyStore(directory: directory.appendingPathComponent("next")) }
+    /// The pairs that handed the chain over, named by their fingerprint.
+    public var retiredDirectory: URL { directory.appendingPathComponent("retired") }
+
+    /// The current public key and the retired ones, those that can be read: the keys `verify`
+    /// trusts by default as the chain's first.
+    public func publicKeys() -> [VerifyingKey] {
+        let retired = (try? FileManager.default.contentsOfDirectory(atPath: retiredDirectory.path)) ?? []
+        let urls = [publicKeyURL] + retired.filter { $0.hasSuffix(".pub.pem") }.sorted().map { retiredDirectory.appendingPathComponent($0) }
+        return urls.compactMap { try? Self.verifyingKey(at: $0) }
+    }
+
+    /// After the chain was handed over to the next pair: the current pair moves to `retired/`
+    /// (named by its fingerprint), the next pair into its place. Each step is a rename flushed
+    /// with its directory, public key first; run again after a failure, it goes on where it
+    /// stopped. Nothing to do without a next pair.
+    public func promoteNext() throws {
+        let next = self.next
+        guard FileManager.default.fileExists(atPath: next.privateKeyURL.path) else { return }
+        let directoryFD = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directoryFD >= 0 else { throw failure("open \(directory.path)") }
+        defer { close(directoryFD) }
+        guard flock(directoryFD, LOCK_EX) == 0 else { throw failure("lock \(directory.path)") }
+        if FileManager.default.fileExists(atPath: privateKeyURL.path) {
+            let fingerprint = try Self.signingKey(at: privateKeyURL).publicKey.fingerprint
+            if mkdir(retiredDirectory.path, 0o700) != 0 && errno != EEXIST { throw failure("create \(retiredDirectory.path)") }
+            let name = "seal-ed25519-\(fingerprint.prefix(16))"
+            try move(publicKeyURL, to: retiredDirectory.appendingPathComponent(name + ".pub.pem"), flushing: [retiredDirectory, directory])
+            try move(privateKeyURL, to: retiredDirectory.appendingPathComponent(name + ".pem"), flushing: [retiredDirectory, directory])
+        }
+        try move(next.publicKeyURL, to: publicKeyURL, flushing: [directory, next.directory])
+        try move(next.privateKeyURL, to: privateKeyURL, flushing: [directory, next.directory])
+        rmdir(next.directory.path)
+    }
+
+    /// Renames `source` to `target` where `source` exists (a step done before is skipped), then
+    /// flushes the directories.
+    private func move(_ source: URL, to target: URL, flushing directories: [URL]) throws {
+        guard FileManager.default.fileExists(atPath: source.path) else { return }
+        guard rename(source.path, target.path) == 0 else { throw failure("rename \(source.path) to \(target.path)") }
+        for directory in directories {
+            let fd = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw failure("open \(directory.path)") }
+            defer { close(fd) }
+            guard fsync(fd) == 0 else { throw failure("flush \(directory.path)") }
+        }
+    }
+
     /// Writes a new key pair; refuses to replace an existing private key. The directory is locked
     /// (flock) while the pair is written, so that two keygens at once make one pair. The public
     /// key is written first and the private key appears whole, both flushed to disk: where the

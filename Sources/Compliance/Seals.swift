@@ -55,6 +55,43 @@ public struct Seal: Sendable {
     }
 }
 
+/// A change of the seal key (046): after seal `afterSealId`, the key that signed it hands the
+/// chain over to `toPublicKey`, which signs the seals after it.
+public struct KeyHandover: Sendable {
+    public var afterSealId: Int64
+    public var fromKeyFingerprint: String
+    /// The next key's raw Ed25519 public key (32 bytes).
+    public var toPublicKey: [UInt8]
+    /// Microseconds since 1970 (UTC).
+    public var handedOverAt: Int64
+    public var signature: [UInt8]
+
+    /// The signed message, bound to the hash of the seal it follows.
+    public func message(sealHash: [UInt8]) -> [UInt8] {
+        Array("""
+            permaudit-key-handover-v1
+            after_seal=\(afterSealId)
+            seal_hash=\(Hex.encode(sealHash))
+            from_key=\(fromKeyFingerprint)
+            to_key=\(Hex.encode(toPublicKey))
+            handed_over_at=\(handedOverAt)
+            """.utf8)
+    }
+
+    /// The handovers, by the seal each follows.
+    public static func all(_ db: Connection) throws -> [Int64: KeyHandover] {
+        let rows = try db.query("""
+            select after_seal_id, from_key_fingerprint, encode(to_public_key, 'hex'),
+                   (extract(epoch from handed_over_at) * 1000000)::bigint, encode(signature, 'hex')
+              from audit.key_handovers order by after_seal_id
+            """).decode((Int64, String, String, Int64, String).self)
+        return Dictionary(rows.map { row in
+            (row.0, KeyHandover(afterSealId: row.0, fromKeyFingerprint: row.1, toPublicKey: Hex.decode(row.2) ?? [],
+                                handedOverAt: row.3, signature: Hex.decode(row.4) ?? []))
+        }, uniquingKeysWith: { first, _ in first })
+    }
+}
+
 /// `permaudit audit seal`: seals everything committed so far that no seal covers yet.
 public struct Sealer {
     public let key: SigningKey
@@ -63,11 +100,49 @@ public struct Sealer {
 
     public init(key: SigningKey) { self.key = key }
 
-    /// The chain's last seal and the fingerprint of the key that signed it; nil while nothing is
-    /// sealed. Only that key may extend the chain (`sealNext`).
-    public static func chainHead(_ db: Connection) throws -> (id: Int64, keyFingerprint: String)? {
-        try db.query("select seal_id, key_fingerprint from audit.seals order by seal_id desc limit 1")
-            .decode((Int64, String).self).first.map { (id: $0.0, keyFingerprint: $0.1) }
+    /// The chain's last seal, the fingerprint of the key that signed it, and that of the key it
+    /// handed the chain over to, if it did; nil while nothing is sealed. Only the key that signs
+    /// the next seal (the one handed over to, else the last seal's) may extend the chain.
+    public static func chainHead(_ db: Connection) throws -> (id: Int64, keyFingerprint: String, handedOverTo: String?)? {
+        try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first
+            .map { (id: $0.0, keyFingerprint: $0.4, handedOverTo: $0.5) }
+    }
+
+    /// The last seal: id, end, hash (hex), its key's fingerprint, and the fingerprint of the key
+    /// it handed the chain over to.
+    private static let headQuery = """
+        select s.seal_id, s.to_transaction_id::text, s.to_position, encode(s.seal_hash, 'hex'), s.key_fingerprint,
+               encode(sha256(h.to_public_key), 'hex')
+          from audit.seals s left join audit.key_handovers h on h.after_seal_id = s.seal_id
+         order by s.seal_id desc limit 1
+        """
+
+    /// Hands the chain over after its last seal (046) to the key `next` gives (called once the
+    /// chain is known to be this key's), signed by this key; returns the handover.
+    @discardableResult
+    public func handOver(on db: Connection, to next: () throws -> VerifyingKey) throws -> KeyHandover {
+        let fingerprint = try key.publicKey.fingerprint
+        return try db.transaction {
+            try db.query("select pg_advisory_xact_lock(hashtext('permaudit.seal'))")
+            guard let head = try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first else {
+                throw ComplianceError("nothing is sealed yet: there is no chain to hand over")
+            }
+            if let handedOverTo = head.5 {
+                throw ComplianceError("the chain was handed over after seal \(head.0) already, to key \(handedOverTo.prefix(16))...: seal with that key before it hands over again")
+            }
+            guard head.4 == fingerprint else {
+                throw ComplianceError("seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key (\(fingerprint.prefix(16))...): only the chain's key can hand it over")
+            }
+            let now: Int64 = try db.query("select (extract(epoch from now()) * 1000000)::bigint").scalar()
+            var handover = KeyHandover(afterSealId: head.0, fromKeyFingerprint: fingerprint, toPublicKey: try next().raw,
+                                       handedOverAt: now, signature: [])
+            handover.signature = try key.sign(handover.message(sealHash: Hex.decode(head.3) ?? []))
+            try db.query("""
+                select audit.add_key_handover($1, $2, decode($3, 'hex'), timestamptz 'epoch' + $4::bigint * interval '1 microsecond', decode($5, 'hex'))
+                """, [handover.afterSealId, handover.fromKeyFingerprint, Hex.encode(handover.toPublicKey), handover.handedOverAt,
+                      Hex.encode(handover.signature)])
+            return handover
+        }
     }
 
     /// Adds seals until the committed log is covered, each in its own transaction; returns the
@@ -88,13 +163,16 @@ public struct Sealer {
         let fingerprint = try key.publicKey.fingerprint
         return try db.transaction {
             try db.query("select pg_advisory_xact_lock(hashtext('permaudit.seal'))")
-            let head = try db.query("""
-                select seal_id, to_transaction_id::text, to_position, encode(seal_hash, 'hex'), key_fingerprint
-                  from audit.seals order by seal_id desc limit 1
-                """).decode((Int64, UInt64, Int64, String, String).self).first
-            // verify checks the whole chain against one public key: a seal signed by another key
-            // would make it report tampering at every later seal.
-            if let head, head.4 != fingerprint {
+            let head = try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first
+            // verify checks each seal against the chain's key at that seal: a seal signed by
+            // another key would make it report tampering at every later seal.
+            if let head, let handedOverTo = head.5, handedOverTo != fingerprint {
+                throw ComplianceError("""
+                    seal \(head.0), the last of the chain, handed the chain over to key \(handedOverTo.prefix(16))..., not to this key \
+                    (\(fingerprint.prefix(16))...): seal with that key
+                    """)
+            }
+            if let head, head.5 == nil, head.4 != fingerprint {
                 throw ComplianceError("""
                     seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key \
                     (\(fingerprint.prefix(16))...): seal with the key that signed the chain (restore it from its backup)

@@ -5,8 +5,13 @@ import Postgres
 /// `permaudit audit verify`: recomputes every seal's chain link, hash and signature, and every
 /// sealed event's leaf hash from the log, and says what differs and where.
 public struct Verifier {
-    public let publicKey: VerifyingKey
-    public init(publicKey: VerifyingKey) { self.publicKey = publicKey }
+    /// The keys trusted as the chain's first: the one whose fingerprint signed the first seal is
+    /// the chain's key until a handover (046) that it signed names the next one, and so on.
+    public let trustedKeys: [VerifyingKey]
+    public init(publicKey: VerifyingKey) { trustedKeys = [publicKey] }
+    /// Trusts any of `publicKeys` as the chain's first key (a key directory's current and retired
+    /// keys); the first of them when none signed the first seal.
+    public init(publicKeys: [VerifyingKey]) { trustedKeys = publicKeys }
 
     public struct Failure: Sendable, Equatable, CustomStringConvertible {
         public enum Kind: String, Sendable {
@@ -15,6 +20,7 @@ public struct Verifier {
             case badSignature = "bad signature"
             case alteredSeal = "altered seal"
             case missingSeal = "missing seal"
+            case badHandover = "bad key handover"
         }
         public var kind: Kind
         public var sealId: Int64
@@ -74,9 +80,10 @@ public struct Verifier {
         defer { _ = try? db.execute("rollback") }
         let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
         let seals = try Seal.all(db)
+        var result = Result(requested: positions)
+        let (keys, handoverFailures) = try Self.chainKeys(seals, handovers: try KeyHandover.all(db), trusted: trustedKeys)
 
         let outcomes = Outcomes()
-        let publicKey = self.publicKey
         DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in
             do {
                 let connection = try Connection(url: url)
@@ -84,7 +91,7 @@ public struct Verifier {
                 try connection.query("set transaction snapshot '\(snapshot)'")
                 for index in stride(from: worker, to: seals.count, by: max(1, min(workers, seals.count))) {
                     let outcome = try Self.check(seals[index], previous: index > 0 ? seals[index - 1] : nil, on: connection,
-                                                 publicKey: publicKey, positions: positions)
+                                                 publicKey: keys[index], positions: positions)
                     outcomes.set(index, outcome)
                 }
                 try connection.execute("rollback")
@@ -94,10 +101,9 @@ public struct Verifier {
         }
         if let error = outcomes.error { throw error }
 
-        var result = Result(requested: positions)
         for index in seals.indices {
             guard let outcome = outcomes.get(index) else { continue }
-            result.failures += outcome.failures
+            result.failures += outcome.failures + (handoverFailures[seals[index].id].map { [$0] } ?? [])
             result.sealsChecked += 1
             if outcome.failures.isEmpty { result.sealsValid += 1 }
             result.eventsValid += outcome.eventsValid
@@ -119,6 +125,34 @@ public struct Verifier {
         result.unsealed = tail.0
         result.firstUnsealed = tail.1
         return result
+    }
+
+    /// The key each seal must be signed by: the trusted key that signed the first seal, then, after
+    /// each handover it (or a key handed over to) signed, the key the handover names. A handover
+    /// that does not verify is a failure (by the seal it follows), and the key stays: the seals
+    /// after it then fail as signed by another key.
+    static func chainKeys(_ seals: [Seal], handovers: [Int64: KeyHandover],
+                          trusted: [VerifyingKey]) throws -> (keys: [VerifyingKey], failures: [Int64: Failure]) {
+        guard let first = trusted.first(where: { $0.fingerprint == seals.first?.keyFingerprint }) ?? trusted.first else {
+            throw ComplianceError("no public key to verify against")
+        }
+        var key = first
+        var keys: [VerifyingKey] = []
+        var failures: [Int64: Failure] = [:]
+        keys.reserveCapacity(seals.count)
+        for seal in seals {
+            keys.append(key)
+            guard let handover = handovers[seal.id] else { continue }
+            if handover.fromKeyFingerprint == key.fingerprint,
+               key.isValidSignature(handover.signature, for: handover.message(sealHash: seal.sealHash)),
+               let next = try? VerifyingKey(raw: handover.toPublicKey) {
+                key = next
+            } else {
+                failures[seal.id] = Failure(kind: .badHandover, sealId: seal.id, position: nil,
+                                            detail: "the handover of the chain to key \(Hex.encode(SHA256.hash(handover.toPublicKey)).prefix(16))... after this seal does not verify with the chain's key at this seal")
+            }
+        }
+        return (keys, failures)
     }
 
     /// What one seal's check found.
@@ -150,7 +184,8 @@ public struct Verifier {
         if seal.keyFingerprint != publicKey.fingerprint || !publicKey.isValidSignature(seal.signature, for: seal.message) {
             outcome.failures.append(Failure(kind: .badSignature, sealId: seal.id, position: first,
                                             detail: seal.keyFingerprint != publicKey.fingerprint
-                                                ? "signed by another key (\(seal.keyFingerprint.prefix(16))...)" : "the signature does not verify"))
+                                                ? "signed by another key (\(seal.keyFingerprint.prefix(16))...) than the chain's key at this seal (\(publicKey.fingerprint.prefix(16))...)"
+                                                : "the signature does not verify"))
         }
         // Out of the range when neither its stored leaves (whose positions are not signed) nor
         // the log's events in its signed range hold a position of it.

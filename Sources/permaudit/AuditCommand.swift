@@ -8,17 +8,23 @@ import Postgres
 enum AuditCommand: Command {
     static let name = "audit"
     static let abstract = "Compliance: seal keys, seals, verification, inclusion proofs, subject export and erasure."
-    static let usage = "permaudit audit keygen|seal|verify|prove|check-proof|subject|erase|permissions [options]"
+    static let usage = "permaudit audit keygen|seal|rotate-key|verify|prove|check-proof|subject|erase|permissions [options]"
     static let discussion = """
           keygen                      write an Ed25519 key pair to $PERMAUDIT_HOME/keys/ (or --key-dir);
-                                      refused where the log is sealed already (only the key that
-                                      signed it may extend the chain): the database named, else,
-                                      without --key-dir, the embedded cluster's if it exists
+                                      refused where the log is sealed already (only the chain's
+                                      key may extend it, or hand it over with rotate-key): the
+                                      database named, else, without --key-dir, the embedded
+                                      cluster's if it exists
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
                                       Merkle seals of at most --max-events events each)
+          rotate-key                  change the seal key: a new pair hands over from the key in
+                                      --key-dir (the chain's), which signs the handover after the
+                                      last seal and moves to retired/; the new key seals from then on
           verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
-                                      recompute the chain, signatures and every sealed event's hash;
-                                      exit 0 intact, 1 tampered, 2 could not verify
+                                      recompute the chain, signatures, key handovers and every
+                                      sealed event's hash against the chain's first key (default:
+                                      the key directory's, current or retired); exit 0 intact,
+                                      1 tampered, 2 could not verify
           prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
           check-proof FILE --public-key FILE
                                       verify a proof offline, without any database
@@ -41,8 +47,8 @@ enum AuditCommand: Command {
         """
     static let options = [
         ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
-        ("--public-key <file>", "Public key for verify (default beside the private key) and check-proof (required)."),
-        ("--key-dir <dir>", "Where keygen writes the pair (default $PERMAUDIT_HOME/keys)."),
+        ("--public-key <file>", "verify: the chain's first public key (default: the key directory's, current or retired); check-proof: the key that signed the proof's seal (required)."),
+        ("--key-dir <dir>", "Where keygen writes the pair, rotate-key changes it, and seal and verify look (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
         ("--expect-seal <hash>", "verify: a seal hash kept outside the database (printed by seal, and by verify when intact); tampered if no seal has it."),
@@ -59,6 +65,7 @@ enum AuditCommand: Command {
     static let optionsByAction: [String: Set<String>] = [
         "keygen": ["--key-dir", "--database-url"],
         "seal": ["--key", "--key-dir", "--max-events", "--database-url"],
+        "rotate-key": ["--key-dir", "--database-url"],
         "verify": ["--public-key", "--key-dir", "--from", "--to", "--expect-seal", "--database-url"],
         "prove": ["--database-url"],
         "check-proof": ["--public-key", "--database-url"],
@@ -69,7 +76,7 @@ enum AuditCommand: Command {
 
     /// What each action takes besides its options, for the usage error of a wrong count.
     static let argumentsByAction = [
-        "keygen": "no arguments", "seal": "no arguments", "verify": "no arguments", "subject": "no arguments (the install is --subject)",
+        "keygen": "no arguments", "seal": "no arguments", "rotate-key": "no arguments", "verify": "no arguments", "subject": "no arguments (the install is --subject)",
         "erase": "no arguments (the install is --subject)", "permissions": "no arguments",
         "prove": "one EVENT_ID", "check-proof": "one proof FILE",
     ]
@@ -88,10 +95,11 @@ enum AuditCommand: Command {
                                  + "(name the owner's or an auditor's database URL, or none for a key kept apart from any database)")
         }
         if let head = try Sealer.chainHead(db) {
+            let handover = head.handedOverTo.map { ", and handed the chain over to key \($0.prefix(16))..." } ?? ""
             throw CommandFailure(message: """
-                the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...): \
-                a new key could not extend the chain; restore that key pair from its backup into \(store.directory.path) \
-                (docs/compliance.md, Keys)
+                the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...\(handover)): \
+                a new key could not extend the chain; restore the chain's key pair from its backup into \(store.directory.path) \
+                ('permaudit audit rotate-key' then changes it; docs/compliance.md, Keys)
                 """)
         }
     }
@@ -133,9 +141,32 @@ enum AuditCommand: Command {
                 try SubjectRights.recordAccess(db, command: "audit seal", details: ["seals": "\(seals.count)"])
                 if seals.isEmpty { print("nothing to seal: every event committed before the oldest running transaction is sealed") }
                 return 0
+            case ("rotate-key", 0):
+                let db = try openDatabase(arguments)
+                guard let head = try Sealer.chainHead(db) else {
+                    throw CommandFailure(message: "nothing is sealed yet: there is no chain to hand over (the pair in \(store.directory.path) may simply be replaced)")
+                }
+                // The next pair of a rotation that stopped half-way is used again; once the
+                // handover to it is stored, only the files are left to move.
+                let pending = FileManager.default.fileExists(atPath: store.next.privateKeyURL.path)
+                    ? try KeyStore.signingKey(at: store.next.privateKeyURL).publicKey : nil
+                if pending == nil || head.handedOverTo != pending?.fingerprint {
+                    let sealer = Sealer(key: try KeyStore.signingKey(at: store.privateKeyURL))
+                    try sealer.handOver(on: db) { try pending ?? store.next.generate() }
+                }
+                try store.promoteNext()
+                let key = try KeyStore.verifyingKey(at: store.publicKeyURL)
+                try SubjectRights.recordAccess(db, command: "audit rotate-key", details: ["after_seal": "\(head.id)"])
+                print("handed the chain over after seal \(head.id) to key \(key.fingerprint)")
+                print("\(store.privateKeyURL.path) seals from now on; the retired pair is in \(store.retiredDirectory.path)")
+                return 0
             case ("verify", 0):
-                let key: VerifyingKey
-                do { key = try publicKey() } catch { printError("Error: \(error)"); return 2 }
+                // The chain's first key: the one given, else any of the key directory's.
+                let keys: [VerifyingKey]
+                do {
+                    let stored = arguments.value("--public-key") == nil ? store.publicKeys() : []
+                    keys = stored.isEmpty ? [try publicKey()] : stored
+                } catch { printError("Error: \(error)"); return 2 }
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
                 guard from <= to else { throw UsageError(message: "'--from' (\(from)) is after '--to' (\(to))", usage: usage) }
@@ -152,7 +183,7 @@ enum AuditCommand: Command {
                 do {
                     let url: String
                     (db, url) = try openDatabaseAndURL(arguments)
-                    result = try Verifier(publicKey: key).verify(url: url, positions: range, expectedSeal: expected)
+                    result = try Verifier(publicKeys: keys).verify(url: url, positions: range, expectedSeal: expected)
                 } catch { printError("Error: \(error)"); return 2 }
                 print(result.lines.joined(separator: "\n"))
                 do {

@@ -51,6 +51,55 @@ final class AuditCommandTests: DatabaseTestCase {
         XCTAssertEqual(try run(["audit", "keygen", "--key-dir", embedded.appendingPathComponent("elsewhere").path]).status, 0)
     }
 
+    /// rotate-key hands the chain over to a new pair, which seals from then on; verify finds the
+    /// chain's first key among the retired ones. A rotation stopped after its handover (here the
+    /// retired pair's directory could not be made) finishes when run again, with no second handover.
+    func testRotateKeyHandsTheChainOverAndVerifyFollows() throws {
+        let db = try Connection(url: url)
+        let keys = home.appendingPathComponent("keys")
+        try TestDatabase.append([EventFixtures.event(subject: "rot-a")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "keygen"]).status, 0)
+        let unsealed = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(unsealed.status, 1)
+        XCTAssertTrue(unsealed.stderr.contains("nothing is sealed yet"), unsealed.stderr)
+        XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0)
+        let first = try String(contentsOf: keys.appendingPathComponent("seal-ed25519.pub.pem"), encoding: .utf8)
+
+        let rotated = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(rotated.status, 0, rotated.stderr)
+        XCTAssertTrue(rotated.stdout.hasPrefix("handed the chain over after seal 1 to key "), rotated.stdout)
+        let retired = try FileManager.default.contentsOfDirectory(atPath: keys.appendingPathComponent("retired").path).sorted()
+        XCTAssertEqual(retired.count, 2, "\(retired)")
+        XCTAssertEqual(try String(contentsOf: keys.appendingPathComponent("retired").appendingPathComponent(retired[1]), encoding: .utf8), first)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keys.path).sorted(), ["retired", "seal-ed25519.pem", "seal-ed25519.pub.pem"])
+        try TestDatabase.append([EventFixtures.event(subject: "rot-b")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0, "the new key seals")
+        let verify = try permaudit(["audit", "verify"])
+        XCTAssertEqual(verify.status, 0, verify.stdout + verify.stderr)
+        XCTAssertTrue(verify.stdout.contains("seals valid: 2/2"), verify.stdout)
+        let newestOnly = try permaudit(["audit", "verify", "--public-key", keys.appendingPathComponent("seal-ed25519.pub.pem").path])
+        XCTAssertEqual(newestOnly.status, 1, "a later key does not vouch for the seals before it")
+
+        // Stopped after the handover: a file where the retired pairs go.
+        try FileManager.default.moveItem(at: keys.appendingPathComponent("retired"), to: home.appendingPathComponent("retired-aside"))
+        try Data().write(to: keys.appendingPathComponent("retired"))
+        let stopped = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(stopped.status, 1, stopped.stdout)
+        XCTAssertEqual(try db.query("select count(*)::int from audit.key_handovers").scalar(Int.self), 2)
+        try FileManager.default.removeItem(at: keys.appendingPathComponent("retired"))
+        try FileManager.default.moveItem(at: home.appendingPathComponent("retired-aside"), to: keys.appendingPathComponent("retired"))
+        let resumed = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        XCTAssertTrue(resumed.stdout.hasPrefix("handed the chain over after seal 2 to key "), resumed.stdout)
+        XCTAssertEqual(try db.query("select count(*)::int from audit.key_handovers").scalar(Int.self), 2, "no second handover")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: keys.appendingPathComponent("next").path))
+        try TestDatabase.append([EventFixtures.event(subject: "rot-c")], to: db)
+        XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0)
+        let again = try permaudit(["audit", "verify"])
+        XCTAssertEqual(again.status, 0, again.stdout + again.stderr)
+        XCTAssertTrue(again.stdout.contains("seals valid: 3/3"), again.stdout)
+    }
+
     func testKeygenSealVerifyProveEraseAndTheAccessRecord() throws {
         let db = try Connection(url: url)
         try TestDatabase.append([EventFixtures.event(subject: "cli-a"), EventFixtures.event(subject: "cli-b"),
@@ -145,7 +194,7 @@ final class AuditCommandTests: DatabaseTestCase {
         XCTAssertTrue(writer.stderr.contains("permission denied"), writer.stderr)
         // A role that reads the log and the seals but may not record an access: the verdict stands.
         let reader = "seal_reader_" + UUID().uuidString.prefix(8).lowercased()
-        try db.execute("create role \(reader); grant usage on schema audit to \(reader); grant select on audit.events, audit.seals to \(reader)")
+        try db.execute("create role \(reader); grant usage on schema audit to \(reader); grant select on audit.events, audit.seals, audit.key_handovers to \(reader)")
         defer { try? db.execute("drop owned by \(reader); drop role \(reader)") }
         let readOnly = try CLITests.run(["audit", "verify"], url: url + "&options=-c%20role%3D\(reader)", environment: ["PERMAUDIT_HOME": home.path])
         XCTAssertEqual(readOnly.status, 1, readOnly.stderr)

@@ -48,6 +48,8 @@ final class RoleMatrixTests: XCTestCase {
             ("read the states of installs not erased", "select count(*) from projection.linked_permission_state", ["permaudit_auditor"]),
             ("read the seals", "select count(*) from audit.seals", ["permaudit_projector", "permaudit_auditor"]),
             ("change a seal", "delete from audit.seals", []),
+            ("read the key handovers", "select count(*) from audit.key_handovers", ["permaudit_projector", "permaudit_auditor"]),
+            ("change a key handover", "delete from audit.key_handovers", []),
             ("read the access record", "select count(*) from audit.access_log", ["permaudit_auditor"]),
             ("record a seal's access", "select audit.record_access('audit seal', '{}')", ["permaudit_projector", "permaudit_auditor"]),
             // The last verification shows on the compliance dashboard: the projector cannot write one (035).
@@ -87,6 +89,7 @@ final class RoleMatrixTests: XCTestCase {
         try db.execute("set session_replication_role = replica")
         for (sql, hint) in [("update audit.events set app = app", "audit.append_events"), ("delete from audit.events", "audit.append_events"),
                             ("truncate audit.events", "audit.append_events"), ("delete from audit.seals", "audit.add_seal"),
+                            ("truncate audit.key_handovers", "audit.add_key_handover"),
                             ("delete from audit.erasures", "audit.erase_subject"), ("truncate audit.access_log", "audit.record_access"),
                             // The link table changes only by erasure (032).
                             ("update audit.subject_streams set subject = subject || 'x'", "audit.erase_subject"),

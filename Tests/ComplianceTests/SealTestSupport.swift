@@ -34,6 +34,7 @@ struct SealedDatabase {
             begin;
             alter table audit.events disable trigger user;
             alter table audit.seals disable trigger user;
+            alter table audit.key_handovers disable trigger user;
             \(sql);
             commit;
             """)

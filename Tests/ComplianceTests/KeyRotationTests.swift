@@ -1,0 +1,90 @@
+import Compliance
+import Crypto
+import Foundation
+import Postgres
+import TestSupport
+import XCTest
+
+/// The seal key changes (046): the chain's key hands it over to the next after its last seal,
+/// and verify follows the handovers from the chain's first key.
+final class KeyRotationTests: XCTestCase {
+    /// Two seals by A, a handover to B, a seal by B.
+    func handedOver(_ sealed: SealedDatabase, to next: SigningKey) throws {
+        try Sealer(key: sealed.key).handOver(on: sealed.db) { try next.publicKey }
+        var random = RandomEvents(seed: 9)
+        try TestDatabase.append(random.events(attempts: 10, subjects: 5), to: sealed.db)
+        XCTAssertEqual(try Sealer(key: next).seal(sealed.db).count, 1)
+    }
+
+    func testAHandedOverChainVerifiesFromItsFirstKey() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        let b = try SigningKey.generate(), c = try SigningKey.generate()
+        try Sealer(key: sealed.key).handOver(on: sealed.db) { try b.publicKey }
+        var random = RandomEvents(seed: 9)
+        try TestDatabase.append(random.events(attempts: 10, subjects: 5), to: sealed.db)
+        XCTAssertThrowsError(try Sealer(key: sealed.key).seal(sealed.db)) { error in
+            XCTAssertTrue("\(error)".contains("seal 2, the last of the chain, handed the chain over to key"), "\(error)")
+        }
+        XCTAssertThrowsError(try Sealer(key: sealed.key).handOver(on: sealed.db) { try c.publicKey }) { error in
+            XCTAssertTrue("\(error)".contains("the chain was handed over after seal 2 already"), "\(error)")
+        }
+        XCTAssertEqual(try Sealer(key: b).seal(sealed.db).count, 1)
+        XCTAssertThrowsError(try Sealer(key: sealed.key).handOver(on: sealed.db) { try c.publicKey }) { error in
+            XCTAssertTrue("\(error)".contains("only the chain's key can hand it over"), "\(error)")
+        }
+        // A second change: B hands over to C.
+        try Sealer(key: b).handOver(on: sealed.db) { try c.publicKey }
+        try TestDatabase.append(random.events(attempts: 5, subjects: 5), to: sealed.db)
+        XCTAssertEqual(try Sealer(key: c).seal(sealed.db).count, 1)
+
+        let fromFirst = try sealed.verify()
+        XCTAssertTrue(fromFirst.intact, fromFirst.lines.joined(separator: "\n"))
+        XCTAssertEqual(fromFirst.sealsValid, 4)
+        XCTAssertEqual(fromFirst.unsealed, 0)
+        // Of a key directory's keys, the one that signed the first seal is the chain's first.
+        XCTAssertTrue(try Verifier(publicKeys: [try c.publicKey, try sealed.key.publicKey]).verify(url: sealed.url).intact)
+        // A later key alone does not vouch for the seals before its handover.
+        let fromLater = try Verifier(publicKey: try c.publicKey).verify(url: sealed.url)
+        XCTAssertFalse(fromLater.intact)
+        XCTAssertEqual(fromLater.failures.first?.kind, .badSignature)
+        XCTAssertEqual(fromLater.failures.first?.sealId, 1)
+    }
+
+    /// A handover deleted, or pointed at another key (whose seal follows), is found.
+    func testATamperedHandoverIsFound() throws {
+        let attacker = try SigningKey.generate()
+        let cases: [(String, (SealedDatabase) throws -> Void, [Verifier.Failure.Kind])] = [
+            ("deleted", { try $0.tamper("delete from audit.key_handovers") }, [.badSignature]),
+            ("pointed at another key", { sealed in
+                try sealed.tamper("update audit.key_handovers set to_public_key = decode('\(Hex.encode(try attacker.publicKey.raw))', 'hex')")
+                try sealed.tamper("delete from audit.seals where seal_id = 3")
+                var random = RandomEvents(seed: 11)
+                try TestDatabase.append(random.events(attempts: 3, subjects: 3), to: sealed.db)
+                XCTAssertEqual(try Sealer(key: attacker).seal(sealed.db).count, 1)
+            }, [.badHandover, .badSignature]),
+        ]
+        for (name, tamper, kinds) in cases {
+            let sealed = try SealedDatabase(events: 120, perSeal: 100)
+            defer { sealed.drop() }
+            try handedOver(sealed, to: try SigningKey.generate())
+            XCTAssertTrue(try sealed.verify().intact, name)
+            try tamper(sealed)
+            let result = try sealed.verify()
+            XCTAssertEqual(result.failures.map(\.kind), kinds, "\(name): \(result.lines)")
+            XCTAssertEqual(result.failures.last?.sealId, 3, name)
+        }
+    }
+
+    /// The records are append-only to every role, the owner's included.
+    func testAHandoverCannotBeChanged() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        try handedOver(sealed, to: try SigningKey.generate())
+        for sql in ["delete from audit.key_handovers", "update audit.key_handovers set handed_over_at = now()", "truncate audit.key_handovers"] {
+            XCTAssertThrowsError(try sealed.db.execute(sql), sql) { error in
+                XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA010", "\(error)")
+            }
+        }
+    }
+}
