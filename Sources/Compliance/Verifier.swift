@@ -39,6 +39,9 @@ public struct Verifier {
         public var found: ClosedRange<Int64>?
         public var sealsValid = 0
         public var sealsChecked = 0
+        /// Changes of the seal key (046) that verify, of those stored.
+        public var handoversValid = 0
+        public var handoversChecked = 0
         public var eventsValid = 0
         public var eventsChecked = 0
         public var failures: [Failure] = []
@@ -54,6 +57,7 @@ public struct Verifier {
             func range(_ r: ClosedRange<Int64>?) -> String { r.map { "positions \($0.lowerBound)...\($0.upperBound)" } ?? "all" }
             var out = ["range requested: \(range(requested))", "range found: \(found.map { range($0) } ?? "no sealed events")",
                        "seals valid: \(sealsValid)/\(sealsChecked)", "events valid: \(eventsValid)/\(eventsChecked)"]
+            if handoversChecked > 0 { out.append("key handovers valid: \(handoversValid)/\(handoversChecked)") }
             if let newestSeal, intact { out.append("newest seal: \(newestSeal.id), hash \(newestSeal.hash)") }
             out += failures.map { "FAIL \($0)" }
             if unsealed > 0 {
@@ -81,7 +85,10 @@ public struct Verifier {
         let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
         let seals = try Seal.all(db)
         var result = Result(requested: positions)
-        let (keys, handoverFailures) = try Self.chainKeys(seals, handovers: try KeyHandover.all(db), trusted: trustedKeys)
+        let handovers = try KeyHandover.all(db)
+        let (keys, handoverFailures) = try Self.chainKeys(seals, handovers: handovers, trusted: trustedKeys)
+        result.handoversChecked = handovers.count
+        result.handoversValid = handovers.count - handoverFailures.count
 
         let outcomes = Outcomes()
         DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in

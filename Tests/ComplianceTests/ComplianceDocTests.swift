@@ -12,7 +12,7 @@ final class ComplianceDocTests: XCTestCase {
         let sealed = try SealedDatabase(events: 250, perSeal: 100)
         defer { sealed.drop() }
         let blocks = try TestDatabase.sqlBlocks(ofDocument: "docs/compliance.md")
-        XCTAssertEqual(blocks.count, 3)
+        XCTAssertEqual(blocks.count, 4)
         let stored = try XCTUnwrap(try Seal.leaves(sealed.db, sealId: 1))
 
         let leaves = try sealed.db.query(blocks[0]).decode((Int64, String).self)
@@ -31,5 +31,14 @@ final class ComplianceDocTests: XCTestCase {
             XCTAssertEqual(row.1, row.2)
             XCTAssertTrue(row.3)
         }
+
+        let next = try SigningKey.generate()
+        let handover = try Sealer(key: sealed.key).handOver(on: sealed.db) { try next.publicKey }
+        let rows = try sealed.db.query(blocks[3]).decode((Int64, String, String, String).self)
+        XCTAssertEqual(rows.map(\.0), [3])
+        XCTAssertEqual(Array(rows[0].1.utf8), handover.message(sealHash: sealed.seals[2].sealHash))
+        XCTAssertTrue(try sealed.key.publicKey.isValidSignature(handover.signature, for: Array(rows[0].1.utf8)))
+        XCTAssertEqual(try VerifyingKey(pem: rows[0].2).raw, try next.publicKey.raw)
+        XCTAssertEqual(rows[0].3, try next.publicKey.fingerprint)
     }
 }

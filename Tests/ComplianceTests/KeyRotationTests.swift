@@ -41,6 +41,7 @@ final class KeyRotationTests: XCTestCase {
         let fromFirst = try sealed.verify()
         XCTAssertTrue(fromFirst.intact, fromFirst.lines.joined(separator: "\n"))
         XCTAssertEqual(fromFirst.sealsValid, 4)
+        XCTAssertEqual([fromFirst.handoversValid, fromFirst.handoversChecked], [2, 2])
         XCTAssertEqual(fromFirst.unsealed, 0)
         // Of a key directory's keys, the one that signed the first seal is the chain's first.
         XCTAssertTrue(try Verifier(publicKeys: [try c.publicKey, try sealed.key.publicKey]).verify(url: sealed.url).intact)
@@ -73,6 +74,7 @@ final class KeyRotationTests: XCTestCase {
             let result = try sealed.verify()
             XCTAssertEqual(result.failures.map(\.kind), kinds, "\(name): \(result.lines)")
             XCTAssertEqual(result.failures.last?.sealId, 3, name)
+            XCTAssertEqual(result.handoversValid, 0, name)
         }
     }
 
