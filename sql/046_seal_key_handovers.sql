@@ -17,8 +17,9 @@
 --
 -- One handover per seal at most, and only after the chain's last seal, by the key that signed it
 -- (a second change of key waits for a seal by the first new key). Like the seals, the records are
--- append-only and added through one function, which the projector and the auditor may call (the
--- roles that seal).
+-- append-only and added through one function. Changing keys is the auditor's (and the owner's):
+-- the projector, which seals, may read the handovers but not add one (nor record one in
+-- audit.access_log, 035).
 
 create table audit.key_handovers (
     after_seal_id        bigint primary key references audit.seals (seal_id),
@@ -68,7 +69,7 @@ alter function audit.add_key_handover(bigint, text, bytea, timestamptz, bytea) o
 revoke all on audit.key_handovers from public;
 revoke execute on function audit.add_key_handover(bigint, text, bytea, timestamptz, bytea) from public;
 grant select on audit.key_handovers to permaudit_projector, permaudit_auditor;
-grant execute on function audit.add_key_handover(bigint, text, bytea, timestamptz, bytea) to permaudit_projector, permaudit_auditor;
+grant execute on function audit.add_key_handover(bigint, text, bytea, timestamptz, bytea) to permaudit_auditor;
 
 -- The refusal of a change names how rows are added (027's hint, with the new table).
 create or replace function audit.forbid_change() returns trigger

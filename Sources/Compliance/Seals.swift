@@ -166,14 +166,11 @@ public struct Sealer {
             let head = try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first
             // verify checks each seal against the chain's key at that seal: a seal signed by
             // another key would make it report tampering at every later seal.
-            if let head, let handedOverTo = head.5, handedOverTo != fingerprint {
-                throw ComplianceError("""
+            if let head, (head.5 ?? head.4) != fingerprint {
+                throw ComplianceError(head.5.map { handedOverTo in """
                     seal \(head.0), the last of the chain, handed the chain over to key \(handedOverTo.prefix(16))..., not to this key \
                     (\(fingerprint.prefix(16))...): seal with that key
-                    """)
-            }
-            if let head, head.5 == nil, head.4 != fingerprint {
-                throw ComplianceError("""
+                    """ } ?? """
                     seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key \
                     (\(fingerprint.prefix(16))...): seal with the key that signed the chain (restore it from its backup)
                     """)

@@ -85,10 +85,9 @@ public struct Verifier {
         let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
         let seals = try Seal.all(db)
         var result = Result(requested: positions)
-        let handovers = try KeyHandover.all(db)
-        let (keys, handoverFailures) = try Self.chainKeys(seals, handovers: handovers, trusted: trustedKeys)
-        result.handoversChecked = handovers.count
-        result.handoversValid = handovers.count - handoverFailures.count
+        let (keys, handoverFailures, handoversValid) = try Self.chainKeys(seals, handovers: try KeyHandover.all(db), trusted: trustedKeys)
+        result.handoversChecked = handoversValid + handoverFailures.count
+        result.handoversValid = handoversValid
 
         let outcomes = Outcomes()
         DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in
@@ -139,13 +138,14 @@ public struct Verifier {
     /// that does not verify is a failure (by the seal it follows), and the key stays: the seals
     /// after it then fail as signed by another key.
     static func chainKeys(_ seals: [Seal], handovers: [Int64: KeyHandover],
-                          trusted: [VerifyingKey]) throws -> (keys: [VerifyingKey], failures: [Int64: Failure]) {
+                          trusted: [VerifyingKey]) throws -> (keys: [VerifyingKey], failures: [Int64: Failure], valid: Int) {
         guard let first = trusted.first(where: { $0.fingerprint == seals.first?.keyFingerprint }) ?? trusted.first else {
             throw ComplianceError("no public key to verify against")
         }
         var key = first
         var keys: [VerifyingKey] = []
         var failures: [Int64: Failure] = [:]
+        var valid = 0
         keys.reserveCapacity(seals.count)
         for seal in seals {
             keys.append(key)
@@ -154,12 +154,13 @@ public struct Verifier {
                key.isValidSignature(handover.signature, for: handover.message(sealHash: seal.sealHash)),
                let next = try? VerifyingKey(raw: handover.toPublicKey) {
                 key = next
+                valid += 1
             } else {
                 failures[seal.id] = Failure(kind: .badHandover, sealId: seal.id, position: nil,
                                             detail: "the handover of the chain to key \(Hex.encode(SHA256.hash(handover.toPublicKey)).prefix(16))... after this seal does not verify with the chain's key at this seal")
             }
         }
-        return (keys, failures)
+        return (keys, failures, valid)
     }
 
     /// What one seal's check found.

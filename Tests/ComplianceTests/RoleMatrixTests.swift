@@ -74,6 +74,10 @@ final class RoleMatrixTests: XCTestCase {
             }
         }
         XCTAssertEqual(wrong, [])
+        // Changing the seal key is the auditor's; the projector seals with the key it is given.
+        let handover = "audit.add_key_handover(bigint, text, bytea, timestamptz, bytea)"
+        XCTAssertEqual(try Self.roles.filter { try db.query("select has_function_privilege($1, $2, 'execute')", [$0, handover]).scalar(Bool.self) },
+                       ["permaudit_auditor"])
 
         // The analyst's conditions run after the view's join (036): a failing cast on the install
         // id (`where subject = 'x' and subject::int = 0`) cannot probe the link table for installs
