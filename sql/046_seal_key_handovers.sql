@@ -6,7 +6,8 @@
 -- by the key that signed its last seal, that names the next key in full (its raw Ed25519 public
 -- key, 32 bytes) and is bound to that seal's hash; the seals after it are signed by the next key.
 -- `permaudit audit verify` trusts one key, the chain's first, and each later key through the
--- handover its predecessor signed (docs/compliance.md, "Keys"). The signed message:
+-- handover its predecessor signed; by default the chain must also end with the key directory's
+-- current key (docs/compliance.md, "Changing keys"). The signed message:
 --
 --     permaudit-key-handover-v1
 --     after_seal=<seal id>
@@ -60,6 +61,9 @@ begin
     end if;
     if head.key_fingerprint <> p_from_key_fingerprint then
         raise exception using errcode = 'PA022', message = format('seal %s was signed by another key than the one handing over', p_after_seal_id);
+    end if;
+    if encode(sha256(p_to_public_key), 'hex') = p_from_key_fingerprint then
+        raise exception using errcode = 'PA022', message = 'a key handover names another key than the one handing over';
     end if;
     insert into audit.key_handovers values (p_after_seal_id, p_from_key_fingerprint, p_to_public_key, p_handed_over_at, p_signature);
 end;

@@ -11,21 +11,25 @@ public struct KeyStore {
 
     /// Where `audit rotate-key` writes the next pair, until the chain is handed over to it.
     public var next: KeyStore { KeyStore(directory: directory.appendingPathComponent("next")) }
-    /// The pairs that handed the chain over, named by their fingerprint.
+    /// The public keys that handed the chain over, named by their fingerprint (their private keys
+    /// are destroyed).
     public var retiredDirectory: URL { directory.appendingPathComponent("retired") }
+    /// The chain's first public key, kept by the first `rotate-key`: what `verify` trusts by
+    /// default once the current key is another.
+    public var firstPublicKeyURL: URL { directory.appendingPathComponent("seal-ed25519.first.pub.pem") }
 
-    /// The current public key and the retired ones, those that can be read: the keys `verify`
-    /// trusts by default as the chain's first.
-    public func publicKeys() -> [VerifyingKey] {
-        let retired = (try? FileManager.default.contentsOfDirectory(atPath: retiredDirectory.path)) ?? []
-        let urls = [publicKeyURL] + retired.filter { $0.hasSuffix(".pub.pem") }.sorted().map { retiredDirectory.appendingPathComponent($0) }
-        return urls.compactMap { try? Self.verifyingKey(at: $0) }
+    /// Keeps `key` as the chain's first public key, unless one is kept already.
+    public func keepFirstKey(_ key: VerifyingKey) throws {
+        guard !FileManager.default.fileExists(atPath: firstPublicKeyURL.path) else { return }
+        try write(Data(try key.pem().utf8), to: firstPublicKeyURL, mode: 0o644)
+        try flush([directory])
     }
 
-    /// After the chain was handed over to the next pair: the current pair moves to `retired/`
-    /// (named by its fingerprint), the next pair into its place. Each step is a rename flushed
-    /// with its directory, public key first; run again after a failure, it goes on where it
-    /// stopped. Nothing to do without a next pair.
+    /// After the chain was handed over to the next pair: the current public key moves to
+    /// `retired/` (named by its fingerprint), and the next pair takes the current one's names,
+    /// public key first; the rename over the current private key destroys it, and the directory
+    /// always holds a private key. Each step is flushed with its directories; run again after a
+    /// failure, it goes on where it stopped. Nothing to do without a next pair.
     public func promoteNext() throws {
         let next = self.next
         guard FileManager.default.fileExists(atPath: next.privateKeyURL.path) else { return }
@@ -33,12 +37,15 @@ public struct KeyStore {
         guard directoryFD >= 0 else { throw failure("open \(directory.path)") }
         defer { close(directoryFD) }
         guard flock(directoryFD, LOCK_EX) == 0 else { throw failure("lock \(directory.path)") }
-        if FileManager.default.fileExists(atPath: privateKeyURL.path) {
+        // The public key is retired while it is still the current private key's (a step done
+        // before left the next pair's public key in its place).
+        if FileManager.default.fileExists(atPath: privateKeyURL.path), FileManager.default.fileExists(atPath: publicKeyURL.path) {
             let fingerprint = try Self.signingKey(at: privateKeyURL).publicKey.fingerprint
-            if mkdir(retiredDirectory.path, 0o700) != 0 && errno != EEXIST { throw failure("create \(retiredDirectory.path)") }
-            let name = "seal-ed25519-\(fingerprint.prefix(16))"
-            try move(publicKeyURL, to: retiredDirectory.appendingPathComponent(name + ".pub.pem"), flushing: [retiredDirectory, directory])
-            try move(privateKeyURL, to: retiredDirectory.appendingPathComponent(name + ".pem"), flushing: [retiredDirectory, directory])
+            if try Self.verifyingKey(at: publicKeyURL).fingerprint == fingerprint {
+                if mkdir(retiredDirectory.path, 0o700) != 0 && errno != EEXIST { throw failure("create \(retiredDirectory.path)") }
+                try move(publicKeyURL, to: retiredDirectory.appendingPathComponent("seal-ed25519-\(fingerprint.prefix(16)).pub.pem"),
+                         flushing: [retiredDirectory, directory])
+            }
         }
         try move(next.publicKeyURL, to: publicKeyURL, flushing: [directory, next.directory])
         try move(next.privateKeyURL, to: privateKeyURL, flushing: [directory, next.directory])
@@ -50,6 +57,10 @@ public struct KeyStore {
     private func move(_ source: URL, to target: URL, flushing directories: [URL]) throws {
         guard FileManager.default.fileExists(atPath: source.path) else { return }
         guard rename(source.path, target.path) == 0 else { throw failure("rename \(source.path) to \(target.path)") }
+        try flush(directories)
+    }
+
+    private func flush(_ directories: [URL]) throws {
         for directory in directories {
             let fd = open(directory.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard fd >= 0 else { throw failure("open \(directory.path)") }

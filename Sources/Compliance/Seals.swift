@@ -85,10 +85,57 @@ public struct KeyHandover: Sendable {
                    (extract(epoch from handed_over_at) * 1000000)::bigint, encode(signature, 'hex')
               from audit.key_handovers order by after_seal_id
             """).decode((Int64, String, String, Int64, String).self)
-        return Dictionary(rows.map { row in
+        return Dictionary(uniqueKeysWithValues: rows.map { row in
             (row.0, KeyHandover(afterSealId: row.0, fromKeyFingerprint: row.1, toPublicKey: Hex.decode(row.2) ?? [],
                                 handedOverAt: row.3, signature: Hex.decode(row.4) ?? []))
-        }, uniquingKeysWith: { first, _ in first })
+        })
+    }
+
+    /// The next key's fingerprint.
+    public var toKeyFingerprint: String { Hex.encode(SHA256.hash(toPublicKey)) }
+}
+
+/// The chain's last seal, with what decides which key signs the next one.
+public struct ChainHead: Sendable {
+    public var id: Int64
+    public var through: LogPoint
+    public var sealHash: [UInt8]
+    /// The fingerprint of the key that signed the last seal.
+    public var keyFingerprint: String
+    /// The handover stored after the last seal, if any.
+    public var handover: KeyHandover?
+    /// The fingerprint of the key that signed the first seal.
+    public var firstKeyFingerprint: String
+
+    /// The chain's last seal; nil while nothing is sealed.
+    public static func read(_ db: Connection) throws -> ChainHead? {
+        try db.query("""
+            select s.seal_id, s.to_transaction_id::text, s.to_position, encode(s.seal_hash, 'hex'), s.key_fingerprint,
+                   h.from_key_fingerprint, encode(h.to_public_key, 'hex'), (extract(epoch from h.handed_over_at) * 1000000)::bigint,
+                   encode(h.signature, 'hex'), (select f.key_fingerprint from audit.seals f order by f.seal_id limit 1)
+              from audit.seals s left join audit.key_handovers h on h.after_seal_id = s.seal_id
+             order by s.seal_id desc limit 1
+            """).decode((Int64, UInt64, Int64, String, String, String?, String?, Int64?, String?, String).self).first.map { row in
+            ChainHead(id: row.0, through: LogPoint(transactionId: row.1, position: row.2), sealHash: Hex.decode(row.3) ?? [],
+                      keyFingerprint: row.4,
+                      handover: row.5.map { from in
+                          KeyHandover(afterSealId: row.0, fromKeyFingerprint: from, toPublicKey: Hex.decode(row.6 ?? "") ?? [],
+                                      handedOverAt: row.7 ?? 0, signature: Hex.decode(row.8 ?? "") ?? [])
+                      },
+                      firstKeyFingerprint: row.9)
+        }
+    }
+
+    /// The fingerprint of the key that signs the next seal, as `key` (a sealer's) sees it: the
+    /// one the last seal's handover names, else the last seal's own. A handover after a seal of
+    /// `key` that does not verify with it is none (a role that may add handovers could otherwise
+    /// stop the sealing for good): `key` goes on, and verify reports the handover.
+    public func nextKeyFingerprint(as key: VerifyingKey) -> String {
+        guard let handover else { return keyFingerprint }
+        if keyFingerprint == key.fingerprint, !key.isValidSignature(handover.signature, for: handover.message(sealHash: sealHash)) {
+            return keyFingerprint
+        }
+        return handover.toKeyFingerprint
     }
 }
 
@@ -100,43 +147,26 @@ public struct Sealer {
 
     public init(key: SigningKey) { self.key = key }
 
-    /// The chain's last seal, the fingerprint of the key that signed it, and that of the key it
-    /// handed the chain over to, if it did; nil while nothing is sealed. Only the key that signs
-    /// the next seal (the one handed over to, else the last seal's) may extend the chain.
-    public static func chainHead(_ db: Connection) throws -> (id: Int64, keyFingerprint: String, handedOverTo: String?)? {
-        try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first
-            .map { (id: $0.0, keyFingerprint: $0.4, handedOverTo: $0.5) }
-    }
-
-    /// The last seal: id, end, hash (hex), its key's fingerprint, and the fingerprint of the key
-    /// it handed the chain over to.
-    private static let headQuery = """
-        select s.seal_id, s.to_transaction_id::text, s.to_position, encode(s.seal_hash, 'hex'), s.key_fingerprint,
-               encode(sha256(h.to_public_key), 'hex')
-          from audit.seals s left join audit.key_handovers h on h.after_seal_id = s.seal_id
-         order by s.seal_id desc limit 1
-        """
-
     /// Hands the chain over after its last seal (046) to the key `next` gives (called once the
     /// chain is known to be this key's), signed by this key; returns the handover.
     @discardableResult
     public func handOver(on db: Connection, to next: () throws -> VerifyingKey) throws -> KeyHandover {
-        let fingerprint = try key.publicKey.fingerprint
+        let publicKey = try key.publicKey
         return try db.transaction {
             try db.query("select pg_advisory_xact_lock(hashtext('permaudit.seal'))")
-            guard let head = try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first else {
+            guard let head = try ChainHead.read(db) else {
                 throw ComplianceError("nothing is sealed yet: there is no chain to hand over")
             }
-            if let handedOverTo = head.5 {
-                throw ComplianceError("the chain was handed over after seal \(head.0) already, to key \(handedOverTo.prefix(16))...: seal with that key before it hands over again")
+            if let stored = head.handover {
+                throw ComplianceError("the chain was handed over after seal \(head.id) already, to key \(stored.toKeyFingerprint.prefix(16))...: seal with the chain's key before it hands over again")
             }
-            guard head.4 == fingerprint else {
-                throw ComplianceError("seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key (\(fingerprint.prefix(16))...): only the chain's key can hand it over")
+            guard head.keyFingerprint == publicKey.fingerprint else {
+                throw ComplianceError("seal \(head.id), the last of the chain, was signed by key \(head.keyFingerprint.prefix(16))..., not by this key (\(publicKey.fingerprint.prefix(16))...): only the chain's key can hand it over")
             }
             let now: Int64 = try db.query("select (extract(epoch from now()) * 1000000)::bigint").scalar()
-            var handover = KeyHandover(afterSealId: head.0, fromKeyFingerprint: fingerprint, toPublicKey: try next().raw,
+            var handover = KeyHandover(afterSealId: head.id, fromKeyFingerprint: publicKey.fingerprint, toPublicKey: try next().raw,
                                        handedOverAt: now, signature: [])
-            handover.signature = try key.sign(handover.message(sealHash: Hex.decode(head.3) ?? []))
+            handover.signature = try key.sign(handover.message(sealHash: head.sealHash))
             try db.query("""
                 select audit.add_key_handover($1, $2, decode($3, 'hex'), timestamptz 'epoch' + $4::bigint * interval '1 microsecond', decode($5, 'hex'))
                 """, [handover.afterSealId, handover.fromKeyFingerprint, Hex.encode(handover.toPublicKey), handover.handedOverAt,
@@ -160,22 +190,23 @@ public struct Sealer {
     /// One seal over the next at most `maxEventsPerSeal` committed events, in one transaction;
     /// nil when there is nothing new.
     func sealNext(_ db: Connection) throws -> Seal? {
-        let fingerprint = try key.publicKey.fingerprint
+        let publicKey = try key.publicKey
+        let fingerprint = publicKey.fingerprint
         return try db.transaction {
             try db.query("select pg_advisory_xact_lock(hashtext('permaudit.seal'))")
-            let head = try db.query(Self.headQuery).decode((Int64, UInt64, Int64, String, String, String?).self).first
+            let head = try ChainHead.read(db)
             // verify checks each seal against the chain's key at that seal: a seal signed by
             // another key would make it report tampering at every later seal.
-            if let head, (head.5 ?? head.4) != fingerprint {
-                throw ComplianceError(head.5.map { handedOverTo in """
-                    seal \(head.0), the last of the chain, handed the chain over to key \(handedOverTo.prefix(16))..., not to this key \
-                    (\(fingerprint.prefix(16))...): seal with that key
+            if let head, head.nextKeyFingerprint(as: publicKey) != fingerprint {
+                throw ComplianceError(head.handover.map { handover in """
+                    seal \(head.id), the last of the chain, handed the chain over to key \(handover.toKeyFingerprint.prefix(16))..., \
+                    not to this key (\(fingerprint.prefix(16))...): seal with that key
                     """ } ?? """
-                    seal \(head.0), the last of the chain, was signed by key \(head.4.prefix(16))..., not by this key \
+                    seal \(head.id), the last of the chain, was signed by key \(head.keyFingerprint.prefix(16))..., not by this key \
                     (\(fingerprint.prefix(16))...): seal with the key that signed the chain (restore it from its backup)
                     """)
             }
-            let after = head.map { LogPoint(transactionId: $0.1, position: $0.2) } ?? .start
+            let after = head?.through ?? .start
             // The end: the last of the next events below the oldest running transaction (all
             // committed; no later commit can fall before it).
             guard let through = try db.query("""
@@ -193,8 +224,8 @@ public struct Sealer {
                 leaves.append(SealedLeaf(position: point.position, eventId: id, hash: EventHashes.leafHash(canonical: canonical)))
             }
             let sealedAt: Int64 = try db.query("select (extract(epoch from now()) * 1000000)::bigint").scalar()
-            var seal = Seal(id: (head?.0 ?? 0) + 1, after: after, through: through, eventCount: Int64(leaves.count),
-                            merkleRoot: Merkle.root(leaves.map(\.hash)), previousHash: head.flatMap { Hex.decode($0.3) } ?? Seal.genesisHash,
+            var seal = Seal(id: (head?.id ?? 0) + 1, after: after, through: through, eventCount: Int64(leaves.count),
+                            merkleRoot: Merkle.root(leaves.map(\.hash)), previousHash: head?.sealHash ?? Seal.genesisHash,
                             sealedAt: sealedAt, keyFingerprint: fingerprint, sealHash: [], signature: [])
             seal.sealHash = SHA256.hash(seal.message)
             seal.signature = try key.sign(seal.message)

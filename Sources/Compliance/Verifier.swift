@@ -5,13 +5,18 @@ import Postgres
 /// `permaudit audit verify`: recomputes every seal's chain link, hash and signature, and every
 /// sealed event's leaf hash from the log, and says what differs and where.
 public struct Verifier {
-    /// The keys trusted as the chain's first: the one whose fingerprint signed the first seal is
-    /// the chain's key until a handover (046) that it signed names the next one, and so on.
-    public let trustedKeys: [VerifyingKey]
-    public init(publicKey: VerifyingKey) { trustedKeys = [publicKey] }
-    /// Trusts any of `publicKeys` as the chain's first key (a key directory's current and retired
-    /// keys); the first of them when none signed the first seal.
-    public init(publicKeys: [VerifyingKey]) { trustedKeys = publicKeys }
+    /// The chain's first key, the one trusted: it signs the seals up to the first key handover
+    /// (046) it signed, then the key that handover names does, and so on.
+    public let publicKey: VerifyingKey
+    /// The key the chain must end with (its key after the last seal), when known: a key
+    /// directory's current key. A chain that ends with another was handed over to a key this
+    /// directory does not hold: rewritten with a retired key, or the directory is not the chain's.
+    public let currentKey: VerifyingKey?
+
+    public init(publicKey: VerifyingKey, currentKey: VerifyingKey? = nil) {
+        self.publicKey = publicKey
+        self.currentKey = currentKey
+    }
 
     public struct Failure: Sendable, Equatable, CustomStringConvertible {
         public enum Kind: String, Sendable {
@@ -21,6 +26,7 @@ public struct Verifier {
             case alteredSeal = "altered seal"
             case missingSeal = "missing seal"
             case badHandover = "bad key handover"
+            case unexpectedKey = "unexpected key"
         }
         public var kind: Kind
         public var sealId: Int64
@@ -85,9 +91,9 @@ public struct Verifier {
         let snapshot: String = try db.query("select pg_export_snapshot()").scalar()
         let seals = try Seal.all(db)
         var result = Result(requested: positions)
-        let (keys, handoverFailures, handoversValid) = try Self.chainKeys(seals, handovers: try KeyHandover.all(db), trusted: trustedKeys)
-        result.handoversChecked = handoversValid + handoverFailures.count
-        result.handoversValid = handoversValid
+        let chain = Self.chainKeys(seals, handovers: try KeyHandover.all(db), first: publicKey)
+        result.handoversChecked = chain.valid + chain.failures.count
+        result.handoversValid = chain.valid
 
         let outcomes = Outcomes()
         DispatchQueue.concurrentPerform(iterations: max(1, min(workers, seals.count))) { worker in
@@ -97,7 +103,7 @@ public struct Verifier {
                 try connection.query("set transaction snapshot '\(snapshot)'")
                 for index in stride(from: worker, to: seals.count, by: max(1, min(workers, seals.count))) {
                     let outcome = try Self.check(seals[index], previous: index > 0 ? seals[index - 1] : nil, on: connection,
-                                                 publicKey: keys[index], positions: positions)
+                                                 publicKey: chain.keys[index], positions: positions)
                     outcomes.set(index, outcome)
                 }
                 try connection.execute("rollback")
@@ -109,7 +115,7 @@ public struct Verifier {
 
         for index in seals.indices {
             guard let outcome = outcomes.get(index) else { continue }
-            result.failures += outcome.failures + (handoverFailures[seals[index].id].map { [$0] } ?? [])
+            result.failures += outcome.failures + (chain.failures[seals[index].id].map { [$0] } ?? [])
             result.sealsChecked += 1
             if outcome.failures.isEmpty { result.sealsValid += 1 }
             result.eventsValid += outcome.eventsValid
@@ -117,6 +123,13 @@ public struct Verifier {
             if let found = outcome.found {
                 result.found = result.found.map { min($0.lowerBound, found.lowerBound)...max($0.upperBound, found.upperBound) } ?? found
             }
+        }
+        if let newest = seals.last, let currentKey, chain.last.fingerprint != currentKey.fingerprint {
+            result.failures.append(Failure(kind: .unexpectedKey, sealId: newest.id, position: nil, detail: """
+                the chain's key after its last seal is \(chain.last.fingerprint.prefix(16))..., not the key directory's current key \
+                \(currentKey.fingerprint.prefix(16))...: handed over to a key this directory does not hold (history rewritten with a \
+                retired key, or the directory is not this chain's)
+                """))
         }
         if let newest = seals.last { result.newestSeal = (newest.id, Hex.encode(newest.sealHash)) }
         if let expectedSeal, !seals.contains(where: { $0.sealHash == expectedSeal }) {
@@ -133,15 +146,12 @@ public struct Verifier {
         return result
     }
 
-    /// The key each seal must be signed by: the trusted key that signed the first seal, then, after
-    /// each handover it (or a key handed over to) signed, the key the handover names. A handover
-    /// that does not verify is a failure (by the seal it follows), and the key stays: the seals
-    /// after it then fail as signed by another key.
-    static func chainKeys(_ seals: [Seal], handovers: [Int64: KeyHandover],
-                          trusted: [VerifyingKey]) throws -> (keys: [VerifyingKey], failures: [Int64: Failure], valid: Int) {
-        guard let first = trusted.first(where: { $0.fingerprint == seals.first?.keyFingerprint }) ?? trusted.first else {
-            throw ComplianceError("no public key to verify against")
-        }
+    /// The key each seal must be signed by: the first key, then, after each handover it (or a key
+    /// handed over to) signed, the key the handover names; and the key after the last seal. A
+    /// handover that does not verify is a failure (by the seal it follows), and the key stays: the
+    /// seals after it then fail as signed by another key.
+    static func chainKeys(_ seals: [Seal], handovers: [Int64: KeyHandover], first: VerifyingKey)
+        -> (keys: [VerifyingKey], last: VerifyingKey, failures: [Int64: Failure], valid: Int) {
         var key = first
         var keys: [VerifyingKey] = []
         var failures: [Int64: Failure] = [:]
@@ -160,7 +170,7 @@ public struct Verifier {
                                             detail: "the handover of the chain to key \(Hex.encode(SHA256.hash(handover.toPublicKey)).prefix(16))... after this seal does not verify with the chain's key at this seal")
             }
         }
-        return (keys, failures, valid)
+        return (keys, key, failures, valid)
     }
 
     /// What one seal's check found.

@@ -17,14 +17,15 @@ enum AuditCommand: Command {
                                       cluster's if it exists
           seal [--key FILE]           seal every committed event no seal covers yet (signed, chained
                                       Merkle seals of at most --max-events events each)
-          rotate-key                  change the seal key: a new pair hands over from the key in
-                                      --key-dir (the chain's), which signs the handover after the
-                                      last seal and moves to retired/; the new key seals from then on
+          rotate-key                  change the seal key: the key in --key-dir (the chain's) signs
+                                      a handover to a new pair after the last seal; the new pair
+                                      takes its place (its private key destroyed, its public key
+                                      to retired/) and seals from then on
           verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
                                       recompute the chain, signatures, key handovers and every
-                                      sealed event's hash against the chain's first key (default:
-                                      the key directory's, current or retired); exit 0 intact,
-                                      1 tampered, 2 could not verify
+                                      sealed event's hash from the chain's first key (default: the
+                                      key directory's, and the chain must end with its current
+                                      key); exit 0 intact, 1 tampered, 2 could not verify
           prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
           check-proof FILE --public-key FILE
                                       verify a proof offline, without any database
@@ -47,7 +48,7 @@ enum AuditCommand: Command {
         """
     static let options = [
         ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
-        ("--public-key <file>", "verify: the chain's first public key (default: the key directory's, current or retired); check-proof: the key that signed the proof's seal (required)."),
+        ("--public-key <file>", "verify: the chain's first public key (default: the key directory's first, else its current; the end of the chain is then not checked); check-proof: the key that signed the proof's seal (required)."),
         ("--key-dir <dir>", "Where keygen writes the pair, rotate-key changes it, and seal and verify look (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
@@ -94,8 +95,8 @@ enum AuditCommand: Command {
             throw CommandFailure(message: "cannot tell whether the log is sealed already: this role may not read audit.seals "
                                  + "(name the owner's or an auditor's database URL, or none for a key kept apart from any database)")
         }
-        if let head = try Sealer.chainHead(db) {
-            let handover = head.handedOverTo.map { ", and handed the chain over to key \($0.prefix(16))..." } ?? ""
+        if let head = try ChainHead.read(db) {
+            let handover = head.handover.map { ", and handed the chain over to key \($0.toKeyFingerprint.prefix(16))..." } ?? ""
             throw CommandFailure(message: """
                 the log is sealed already (seal \(head.id), the last, was signed by key \(head.keyFingerprint.prefix(16))...\(handover)): \
                 a new key could not extend the chain; restore the chain's key pair from its backup into \(store.directory.path) \
@@ -143,29 +144,48 @@ enum AuditCommand: Command {
                 return 0
             case ("rotate-key", 0):
                 let db = try openDatabase(arguments)
-                guard let head = try Sealer.chainHead(db) else {
+                guard let head = try ChainHead.read(db) else {
                     throw CommandFailure(message: "nothing is sealed yet: there is no chain to hand over (the pair in \(store.directory.path) may simply be replaced)")
                 }
                 // The next pair of a rotation that stopped half-way is used again; once the
                 // handover to it is stored, only the files are left to move.
                 let pending = FileManager.default.fileExists(atPath: store.next.privateKeyURL.path)
                     ? try KeyStore.signingKey(at: store.next.privateKeyURL).publicKey : nil
-                if pending == nil || head.handedOverTo != pending?.fingerprint {
-                    let sealer = Sealer(key: try KeyStore.signingKey(at: store.privateKeyURL))
-                    try sealer.handOver(on: db) { try pending ?? store.next.generate() }
+                let current = try KeyStore.signingKey(at: store.privateKeyURL)
+                let currentKey = try current.publicKey
+                if pending == nil, head.handover?.toKeyFingerprint == currentKey.fingerprint {
+                    try SubjectRights.recordAccess(db, command: "audit rotate-key", details: ["after_seal": "\(head.id)", "result": "nothing to do"])
+                    print("the chain was handed over to this key (\(currentKey.fingerprint)) after seal \(head.id) already: nothing to do")
+                    return 0
+                }
+                if pending == nil || head.nextKeyFingerprint(as: currentKey) != pending?.fingerprint {
+                    // verify's default trust once the current key is another: the chain's first key.
+                    if head.firstKeyFingerprint == currentKey.fingerprint { try store.keepFirstKey(currentKey) }
+                    try Sealer(key: current).handOver(on: db) { try pending ?? store.next.generate() }
                 }
                 try store.promoteNext()
                 let key = try KeyStore.verifyingKey(at: store.publicKeyURL)
                 try SubjectRights.recordAccess(db, command: "audit rotate-key", details: ["after_seal": "\(head.id)"])
                 print("handed the chain over after seal \(head.id) to key \(key.fingerprint)")
-                print("\(store.privateKeyURL.path) seals from now on; the retired pair is in \(store.retiredDirectory.path)")
+                print("\(store.privateKeyURL.path) seals from now on; the old private key is destroyed, its public key is in \(store.retiredDirectory.path)")
+                if !FileManager.default.fileExists(atPath: store.firstPublicKeyURL.path) {
+                    printError("note: the chain's first key (\(head.firstKeyFingerprint.prefix(16))...) is not in \(store.directory.path): give it to 'audit verify --public-key'")
+                }
                 return 0
             case ("verify", 0):
-                // The chain's first key: the one given, else any of the key directory's.
-                let keys: [VerifyingKey]
+                // Trusted: the chain's first key (given, or the key directory's), which the chain
+                // must lead from; without --public-key also the directory's current key, which it
+                // must lead to.
+                let first: VerifyingKey, current: VerifyingKey?
                 do {
-                    let stored = arguments.value("--public-key") == nil ? store.publicKeys() : []
-                    keys = stored.isEmpty ? [try publicKey()] : stored
+                    if arguments.value("--public-key") != nil {
+                        (first, current) = (try publicKey(), nil)
+                    } else {
+                        let currentKey = try KeyStore.verifyingKey(at: store.publicKeyURL)
+                        first = FileManager.default.fileExists(atPath: store.firstPublicKeyURL.path)
+                            ? try KeyStore.verifyingKey(at: store.firstPublicKeyURL) : currentKey
+                        current = currentKey
+                    }
                 } catch { printError("Error: \(error)"); return 2 }
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
@@ -183,7 +203,7 @@ enum AuditCommand: Command {
                 do {
                     let url: String
                     (db, url) = try openDatabaseAndURL(arguments)
-                    result = try Verifier(publicKeys: keys).verify(url: url, positions: range, expectedSeal: expected)
+                    result = try Verifier(publicKey: first, currentKey: current).verify(url: url, positions: range, expectedSeal: expected)
                 } catch { printError("Error: \(error)"); return 2 }
                 print(result.lines.joined(separator: "\n"))
                 do {

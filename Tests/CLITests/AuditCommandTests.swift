@@ -68,10 +68,13 @@ final class AuditCommandTests: DatabaseTestCase {
         let rotated = try permaudit(["audit", "rotate-key"])
         XCTAssertEqual(rotated.status, 0, rotated.stderr)
         XCTAssertTrue(rotated.stdout.hasPrefix("handed the chain over after seal 1 to key "), rotated.stdout)
-        let retired = try FileManager.default.contentsOfDirectory(atPath: keys.appendingPathComponent("retired").path).sorted()
-        XCTAssertEqual(retired.count, 2, "\(retired)")
-        XCTAssertEqual(try String(contentsOf: keys.appendingPathComponent("retired").appendingPathComponent(retired[1]), encoding: .utf8), first)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keys.path).sorted(), ["retired", "seal-ed25519.pem", "seal-ed25519.pub.pem"])
+        // The old private key is gone; its public key is retired, and kept as the chain's first.
+        let retired = try FileManager.default.contentsOfDirectory(atPath: keys.appendingPathComponent("retired").path)
+        XCTAssertEqual(retired.count, 1, "\(retired)")
+        XCTAssertEqual(try String(contentsOf: keys.appendingPathComponent("retired").appendingPathComponent(retired[0]), encoding: .utf8), first)
+        XCTAssertEqual(try String(contentsOf: keys.appendingPathComponent("seal-ed25519.first.pub.pem"), encoding: .utf8), first)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: keys.path).sorted(),
+                       ["retired", "seal-ed25519.first.pub.pem", "seal-ed25519.pem", "seal-ed25519.pub.pem"])
         try TestDatabase.append([EventFixtures.event(subject: "rot-b")], to: db)
         XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0, "the new key seals")
         let verify = try permaudit(["audit", "verify"])
@@ -93,11 +96,17 @@ final class AuditCommandTests: DatabaseTestCase {
         XCTAssertTrue(resumed.stdout.hasPrefix("handed the chain over after seal 2 to key "), resumed.stdout)
         XCTAssertEqual(try db.query("select count(*)::int from audit.key_handovers").scalar(Int.self), 2, "no second handover")
         XCTAssertFalse(FileManager.default.fileExists(atPath: keys.appendingPathComponent("next").path))
+        let nothing = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(nothing.status, 0, nothing.stderr)
+        XCTAssertTrue(nothing.stdout.contains("after seal 2 already: nothing to do"), nothing.stdout)
         try TestDatabase.append([EventFixtures.event(subject: "rot-c")], to: db)
         XCTAssertEqual(try permaudit(["audit", "seal"]).status, 0)
         let again = try permaudit(["audit", "verify"])
         XCTAssertEqual(again.status, 0, again.stdout + again.stderr)
         XCTAssertTrue(again.stdout.contains("seals valid: 3/3\nevents valid: 3/3\nkey handovers valid: 2/2\n"), again.stdout)
+        let third = try permaudit(["audit", "rotate-key"])
+        XCTAssertEqual(third.status, 0, third.stderr + " (the new key has sealed: it may hand over in turn)")
+        XCTAssertEqual(try db.query("select count(*)::int from audit.key_handovers").scalar(Int.self), 3)
     }
 
     func testKeygenSealVerifyProveEraseAndTheAccessRecord() throws {

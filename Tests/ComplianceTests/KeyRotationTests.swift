@@ -43,8 +43,10 @@ final class KeyRotationTests: XCTestCase {
         XCTAssertEqual(fromFirst.sealsValid, 4)
         XCTAssertEqual([fromFirst.handoversValid, fromFirst.handoversChecked], [2, 2])
         XCTAssertEqual(fromFirst.unsealed, 0)
-        // Of a key directory's keys, the one that signed the first seal is the chain's first.
-        XCTAssertTrue(try Verifier(publicKeys: [try c.publicKey, try sealed.key.publicKey]).verify(url: sealed.url).intact)
+        // Led from the first key to the current one; not to another.
+        XCTAssertTrue(try Verifier(publicKey: try sealed.key.publicKey, currentKey: try c.publicKey).verify(url: sealed.url).intact)
+        let behind = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try b.publicKey).verify(url: sealed.url)
+        XCTAssertEqual(behind.failures.map(\.kind), [.unexpectedKey])
         // A later key alone does not vouch for the seals before its handover.
         let fromLater = try Verifier(publicKey: try c.publicKey).verify(url: sealed.url)
         XCTAssertFalse(fromLater.intact)
@@ -76,6 +78,60 @@ final class KeyRotationTests: XCTestCase {
             XCTAssertEqual(result.failures.last?.sealId, 3, name)
             XCTAssertEqual(result.handoversValid, 0, name)
         }
+    }
+
+    /// An attacker with the database and a retired private key rewrites the history: from that
+    /// key's seals on (the new key's seals dropped, the chain handed to a key of the attacker's),
+    /// or from the first seal (as if the retired key had been the first, handed to the current
+    /// key at the end). Verify, trusting the first key and the current one, finds both.
+    func testARetiredKeyCannotRewriteTheChain() throws {
+        let attacker = try SigningKey.generate()
+        do {
+            let sealed = try SealedDatabase(events: 120, perSeal: 100)
+            defer { sealed.drop() }
+            let b = try SigningKey.generate()
+            try handedOver(sealed, to: b)
+            try sealed.tamper("delete from audit.seals where seal_id = 3; delete from audit.key_handovers")
+            try Sealer(key: sealed.key).handOver(on: sealed.db) { try attacker.publicKey }
+            XCTAssertEqual(try Sealer(key: attacker).seal(sealed.db).count, 1)
+            XCTAssertTrue(try Verifier(publicKey: try sealed.key.publicKey).verify(url: sealed.url).intact, "the first key alone cannot tell")
+            let result = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try b.publicKey).verify(url: sealed.url)
+            XCTAssertEqual(result.failures.map(\.kind), [.unexpectedKey], result.lines.joined(separator: "\n"))
+        }
+        do {
+            let sealed = try SealedDatabase(events: 120, perSeal: 100)
+            defer { sealed.drop() }
+            let b = try SigningKey.generate(), c = try SigningKey.generate()
+            try handedOver(sealed, to: b)
+            try Sealer(key: b).handOver(on: sealed.db) { try c.publicKey }
+            try sealed.tamper("delete from audit.key_handovers; delete from audit.seals; delete from audit.events where position = 50")
+            XCTAssertEqual(try Sealer(key: b).seal(sealed.db).count, 1)
+            try Sealer(key: b).handOver(on: sealed.db) { try c.publicKey }
+            let result = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try c.publicKey).verify(url: sealed.url)
+            XCTAssertEqual(result.failures.first?.kind, .badSignature, result.lines.joined(separator: "\n"))
+            XCTAssertEqual(result.failures.first?.sealId, 1)
+        }
+    }
+
+    /// A handover that its seal's key did not sign (a role that may add handovers can store one)
+    /// is reported, and does not stop that key from sealing; a handover to the same key is refused.
+    func testAForgedHandoverDoesNotStopTheSealing() throws {
+        let sealed = try SealedDatabase(events: 120, perSeal: 100)
+        defer { sealed.drop() }
+        XCTAssertThrowsError(try Sealer(key: sealed.key).handOver(on: sealed.db) { try sealed.key.publicKey }) { error in
+            XCTAssertEqual((error as? PostgresError)?.code.rawValue, "PA022", "\(error)")
+        }
+        let other = try SigningKey.generate()
+        try sealed.db.query("""
+            select audit.add_key_handover(2, $1, decode($2, 'hex'), now(), decode(repeat('ab', 64), 'hex'))
+            """, [try sealed.key.publicKey.fingerprint, Hex.encode(try other.publicKey.raw)])
+        var random = RandomEvents(seed: 13)
+        try TestDatabase.append(random.events(attempts: 5, subjects: 5), to: sealed.db)
+        XCTAssertEqual(try Sealer(key: sealed.key).seal(sealed.db).count, 1, "the chain's key goes on")
+        XCTAssertThrowsError(try Sealer(key: other).seal(sealed.db), "the forged handover's key may not seal")
+        let result = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try sealed.key.publicKey).verify(url: sealed.url)
+        XCTAssertEqual(result.failures.map(\.kind), [.badHandover], result.lines.joined(separator: "\n"))
+        XCTAssertEqual(result.sealsValid, 3)
     }
 
     /// The records are append-only to every role, the owner's included.
