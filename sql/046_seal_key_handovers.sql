@@ -63,7 +63,7 @@ begin
         raise exception using errcode = 'PA022', message = format('seal %s was signed by another key than the one handing over', p_after_seal_id);
     end if;
     if encode(sha256(p_to_public_key), 'hex') = p_from_key_fingerprint then
-        raise exception using errcode = 'PA022', message = 'a key handover names another key than the one handing over';
+        raise exception using errcode = 'PA022', message = 'a key handover must name a new key, not the one that hands over';
     end if;
     insert into audit.key_handovers values (p_after_seal_id, p_from_key_fingerprint, p_to_public_key, p_handed_over_at, p_signature);
 end;

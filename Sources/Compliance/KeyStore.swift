@@ -18,6 +18,14 @@ public struct KeyStore {
     /// default once the current key is another.
     public var firstPublicKeyURL: URL { directory.appendingPathComponent("seal-ed25519.first.pub.pem") }
 
+    /// The retired public keys (those that can be read).
+    public func retiredKeys() -> [VerifyingKey] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: retiredDirectory.path)) ?? []
+        return names.filter { $0.hasSuffix(".pub.pem") }.sorted().compactMap {
+            try? Self.verifyingKey(at: retiredDirectory.appendingPathComponent($0))
+        }
+    }
+
     /// Keeps `key` as the chain's first public key, unless one is kept already.
     public func keepFirstKey(_ key: VerifyingKey) throws {
         guard !FileManager.default.fileExists(atPath: firstPublicKeyURL.path) else { return }

@@ -85,10 +85,11 @@ public struct KeyHandover: Sendable {
                    (extract(epoch from handed_over_at) * 1000000)::bigint, encode(signature, 'hex')
               from audit.key_handovers order by after_seal_id
             """).decode((Int64, String, String, Int64, String).self)
-        return Dictionary(uniqueKeysWithValues: rows.map { row in
+        // One per seal (the primary key), unless a superuser dropped it: the first then counts.
+        return Dictionary(rows.map { row in
             (row.0, KeyHandover(afterSealId: row.0, fromKeyFingerprint: row.1, toPublicKey: Hex.decode(row.2) ?? [],
                                 handedOverAt: row.3, signature: Hex.decode(row.4) ?? []))
-        })
+        }, uniquingKeysWith: { first, _ in first })
     }
 
     /// The next key's fingerprint.

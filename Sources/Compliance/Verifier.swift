@@ -12,10 +12,14 @@ public struct Verifier {
     /// directory's current key. A chain that ends with another was handed over to a key this
     /// directory does not hold: rewritten with a retired key, or the directory is not the chain's.
     public let currentKey: VerifyingKey?
+    /// Keys the chain must pass through: a key directory's retired ones. A chain that skips one
+    /// was rewritten with an older key and handed over past it.
+    public let retiredKeys: [VerifyingKey]
 
-    public init(publicKey: VerifyingKey, currentKey: VerifyingKey? = nil) {
+    public init(publicKey: VerifyingKey, currentKey: VerifyingKey? = nil, retiredKeys: [VerifyingKey] = []) {
         self.publicKey = publicKey
         self.currentKey = currentKey
+        self.retiredKeys = retiredKeys
     }
 
     public struct Failure: Sendable, Equatable, CustomStringConvertible {
@@ -129,6 +133,13 @@ public struct Verifier {
                 the chain's key after its last seal is \(chain.last.fingerprint.prefix(16))..., not the key directory's current key \
                 \(currentKey.fingerprint.prefix(16))...: handed over to a key this directory does not hold (history rewritten with a \
                 retired key, or the directory is not this chain's)
+                """))
+        }
+        let passed = Set(chain.keys.map(\.fingerprint) + [chain.last.fingerprint])
+        for retired in retiredKeys where !seals.isEmpty && !passed.contains(retired.fingerprint) {
+            result.failures.append(Failure(kind: .unexpectedKey, sealId: seals.last!.id, position: nil, detail: """
+                the chain does not pass through the retired key \(retired.fingerprint.prefix(16))... of the key directory: \
+                handed over past it (history rewritten with an older key)
                 """))
         }
         if let newest = seals.last { result.newestSeal = (newest.id, Hex.encode(newest.sealHash)) }

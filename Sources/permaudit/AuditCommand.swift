@@ -24,8 +24,9 @@ enum AuditCommand: Command {
           verify [--from P] [--to P] [--public-key FILE] [--expect-seal HASH]
                                       recompute the chain, signatures, key handovers and every
                                       sealed event's hash from the chain's first key (default: the
-                                      key directory's, and the chain must end with its current
-                                      key); exit 0 intact, 1 tampered, 2 could not verify
+                                      key directory's; the chain must pass through its retired
+                                      keys and end with its current key); exit 0 intact, 1
+                                      tampered, 2 could not verify
           prove EVENT_ID              print the event's inclusion proof against its signed seal (JSON)
           check-proof FILE --public-key FILE
                                       verify a proof offline, without any database
@@ -48,7 +49,7 @@ enum AuditCommand: Command {
         """
     static let options = [
         ("--key <file>", "Private key for seal (default $PERMAUDIT_HOME/keys/seal-ed25519.pem)."),
-        ("--public-key <file>", "verify: the chain's first public key (default: the key directory's first, else its current; the end of the chain is then not checked); check-proof: the key that signed the proof's seal (required)."),
+        ("--public-key <file>", "verify: the chain's first public key (default: the key directory's first, else its current; given, the chain's end and retired keys are checked only with --key-dir); check-proof: the key that signed the proof's seal (required)."),
         ("--key-dir <dir>", "Where keygen writes the pair, rotate-key changes it, and seal and verify look (default $PERMAUDIT_HOME/keys)."),
         ("--max-events <n>", "seal: events per seal at most (default 100000)."),
         ("--from <position>", "verify: first position of the range."), ("--to <position>", "verify: last position of the range."),
@@ -174,17 +175,18 @@ enum AuditCommand: Command {
                 return 0
             case ("verify", 0):
                 // Trusted: the chain's first key (given, or the key directory's), which the chain
-                // must lead from; without --public-key also the directory's current key, which it
-                // must lead to.
-                let first: VerifyingKey, current: VerifyingKey?
+                // must lead from; and the key directory's keys (without --public-key, or with
+                // --key-dir), which it must lead through (the retired ones) and to (the current).
+                let first: VerifyingKey, current: VerifyingKey?, retired: [VerifyingKey]
                 do {
+                    let directoryKeys = arguments.value("--public-key") == nil || arguments.value("--key-dir") != nil
+                    current = directoryKeys ? try KeyStore.verifyingKey(at: store.publicKeyURL) : nil
+                    retired = directoryKeys ? store.retiredKeys() : []
                     if arguments.value("--public-key") != nil {
-                        (first, current) = (try publicKey(), nil)
+                        first = try publicKey()
                     } else {
-                        let currentKey = try KeyStore.verifyingKey(at: store.publicKeyURL)
                         first = FileManager.default.fileExists(atPath: store.firstPublicKeyURL.path)
-                            ? try KeyStore.verifyingKey(at: store.firstPublicKeyURL) : currentKey
-                        current = currentKey
+                            ? try KeyStore.verifyingKey(at: store.firstPublicKeyURL) : try KeyStore.verifyingKey(at: store.publicKeyURL)
                     }
                 } catch { printError("Error: \(error)"); return 2 }
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
@@ -203,7 +205,8 @@ enum AuditCommand: Command {
                 do {
                     let url: String
                     (db, url) = try openDatabaseAndURL(arguments)
-                    result = try Verifier(publicKey: first, currentKey: current).verify(url: url, positions: range, expectedSeal: expected)
+                    result = try Verifier(publicKey: first, currentKey: current, retiredKeys: retired)
+                        .verify(url: url, positions: range, expectedSeal: expected)
                 } catch { printError("Error: \(error)"); return 2 }
                 print(result.lines.joined(separator: "\n"))
                 do {

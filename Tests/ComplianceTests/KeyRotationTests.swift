@@ -81,9 +81,10 @@ final class KeyRotationTests: XCTestCase {
     }
 
     /// An attacker with the database and a retired private key rewrites the history: from that
-    /// key's seals on (the new key's seals dropped, the chain handed to a key of the attacker's),
-    /// or from the first seal (as if the retired key had been the first, handed to the current
-    /// key at the end). Verify, trusting the first key and the current one, finds both.
+    /// key's seals on (the new key's seals dropped, the chain handed to a key of the attacker's);
+    /// from the first seal as if a later key had been the first; or with the first key, handed
+    /// straight to the current key past the one between. Verify, trusting the first key, the
+    /// current one and the retired ones, finds each.
     func testARetiredKeyCannotRewriteTheChain() throws {
         let attacker = try SigningKey.generate()
         do {
@@ -98,18 +99,36 @@ final class KeyRotationTests: XCTestCase {
             let result = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try b.publicKey).verify(url: sealed.url)
             XCTAssertEqual(result.failures.map(\.kind), [.unexpectedKey], result.lines.joined(separator: "\n"))
         }
-        do {
-            let sealed = try SealedDatabase(events: 120, perSeal: 100)
-            defer { sealed.drop() }
+        /// A to B to C, then every seal and handover gone, and an event.
+        func erasedChainOfThree(_ sealed: SealedDatabase) throws -> (b: SigningKey, c: SigningKey) {
             let b = try SigningKey.generate(), c = try SigningKey.generate()
             try handedOver(sealed, to: b)
             try Sealer(key: b).handOver(on: sealed.db) { try c.publicKey }
             try sealed.tamper("delete from audit.key_handovers; delete from audit.seals; delete from audit.events where position = 50")
+            return (b, c)
+        }
+        do {
+            let sealed = try SealedDatabase(events: 120, perSeal: 100)
+            defer { sealed.drop() }
+            let (b, c) = try erasedChainOfThree(sealed)
             XCTAssertEqual(try Sealer(key: b).seal(sealed.db).count, 1)
             try Sealer(key: b).handOver(on: sealed.db) { try c.publicKey }
             let result = try Verifier(publicKey: try sealed.key.publicKey, currentKey: try c.publicKey).verify(url: sealed.url)
             XCTAssertEqual(result.failures.first?.kind, .badSignature, result.lines.joined(separator: "\n"))
             XCTAssertEqual(result.failures.first?.sealId, 1)
+        }
+        do {
+            let sealed = try SealedDatabase(events: 120, perSeal: 100)
+            defer { sealed.drop() }
+            let (b, c) = try erasedChainOfThree(sealed)
+            XCTAssertEqual(try Sealer(key: sealed.key).seal(sealed.db).count, 1)
+            try Sealer(key: sealed.key).handOver(on: sealed.db) { try c.publicKey }
+            let first = try sealed.key.publicKey
+            XCTAssertTrue(try Verifier(publicKey: first, currentKey: try c.publicKey).verify(url: sealed.url).intact,
+                          "first and current key alone cannot tell")
+            let result = try Verifier(publicKey: first, currentKey: try c.publicKey, retiredKeys: [first, try b.publicKey]).verify(url: sealed.url)
+            XCTAssertEqual(result.failures.map(\.kind), [.unexpectedKey], result.lines.joined(separator: "\n"))
+            XCTAssertTrue(result.failures[0].detail.contains("does not pass through the retired key \(try b.publicKey.fingerprint.prefix(16))"))
         }
     }
 
