@@ -6,8 +6,9 @@
 -- by the key that signed its last seal, that names the next key in full (its raw Ed25519 public
 -- key, 32 bytes) and is bound to that seal's hash; the seals after it are signed by the next key.
 -- `permaudit audit verify` trusts one key, the chain's first, and each later key through the
--- handover its predecessor signed; by default the chain must also end with the key directory's
--- current key (docs/compliance.md, "Changing keys"). The signed message:
+-- handover its predecessor signed; by default the chain must also pass through the key
+-- directory's retired keys and end with its current key (docs/compliance.md, "Changing keys").
+-- The signed message:
 --
 --     permaudit-key-handover-v1
 --     after_seal=<seal id>

@@ -128,21 +128,24 @@ public struct Verifier {
                 result.found = result.found.map { min($0.lowerBound, found.lowerBound)...max($0.upperBound, found.upperBound) } ?? found
             }
         }
-        if let newest = seals.last, let currentKey, chain.last.fingerprint != currentKey.fingerprint {
-            result.failures.append(Failure(kind: .unexpectedKey, sealId: newest.id, position: nil, detail: """
-                the chain's key after its last seal is \(chain.last.fingerprint.prefix(16))..., not the key directory's current key \
-                \(currentKey.fingerprint.prefix(16))...: handed over to a key this directory does not hold (history rewritten with a \
-                retired key, or the directory is not this chain's)
-                """))
+        if let newest = seals.last {
+            result.newestSeal = (newest.id, Hex.encode(newest.sealHash))
+            // The key directory's view: the chain leads to its current key, through its retired ones.
+            if let currentKey, chain.last.fingerprint != currentKey.fingerprint {
+                result.failures.append(Failure(kind: .unexpectedKey, sealId: newest.id, position: nil, detail: """
+                    the chain's key after its last seal is \(chain.last.fingerprint.prefix(16))..., not the key directory's current key \
+                    \(currentKey.fingerprint.prefix(16))...: handed over to a key this directory does not hold (history rewritten with a \
+                    retired key, or the directory is not this chain's)
+                    """))
+            }
+            let passed = Set(chain.keys.map(\.fingerprint) + [chain.last.fingerprint])
+            for retired in retiredKeys where !passed.contains(retired.fingerprint) {
+                result.failures.append(Failure(kind: .unexpectedKey, sealId: newest.id, position: nil, detail: """
+                    the chain does not pass through the retired key \(retired.fingerprint.prefix(16))... of the key directory: \
+                    handed over past it (history rewritten with an older key)
+                    """))
+            }
         }
-        let passed = Set(chain.keys.map(\.fingerprint) + [chain.last.fingerprint])
-        for retired in retiredKeys where !seals.isEmpty && !passed.contains(retired.fingerprint) {
-            result.failures.append(Failure(kind: .unexpectedKey, sealId: seals.last!.id, position: nil, detail: """
-                the chain does not pass through the retired key \(retired.fingerprint.prefix(16))... of the key directory: \
-                handed over past it (history rewritten with an older key)
-                """))
-        }
-        if let newest = seals.last { result.newestSeal = (newest.id, Hex.encode(newest.sealHash)) }
         if let expectedSeal, !seals.contains(where: { $0.sealHash == expectedSeal }) {
             result.failures.append(Failure(kind: .missingSeal, sealId: seals.last?.id ?? 0, position: nil,
                                            detail: "no seal has the expected hash \(Hex.encode(expectedSeal).prefix(16))...; "
@@ -178,7 +181,7 @@ public struct Verifier {
                 valid += 1
             } else {
                 failures[seal.id] = Failure(kind: .badHandover, sealId: seal.id, position: nil,
-                                            detail: "the handover of the chain to key \(Hex.encode(SHA256.hash(handover.toPublicKey)).prefix(16))... after this seal does not verify with the chain's key at this seal")
+                                            detail: "the handover of the chain to key \(handover.toKeyFingerprint.prefix(16))... after this seal does not verify with the chain's key at this seal")
             }
         }
         return (keys, key, failures, valid)

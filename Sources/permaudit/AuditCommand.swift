@@ -182,12 +182,8 @@ enum AuditCommand: Command {
                     let directoryKeys = arguments.value("--public-key") == nil || arguments.value("--key-dir") != nil
                     current = directoryKeys ? try KeyStore.verifyingKey(at: store.publicKeyURL) : nil
                     retired = directoryKeys ? store.retiredKeys() : []
-                    if arguments.value("--public-key") != nil {
-                        first = try publicKey()
-                    } else {
-                        first = FileManager.default.fileExists(atPath: store.firstPublicKeyURL.path)
-                            ? try KeyStore.verifyingKey(at: store.firstPublicKeyURL) : try KeyStore.verifyingKey(at: store.publicKeyURL)
-                    }
+                    first = arguments.value("--public-key") == nil && FileManager.default.fileExists(atPath: store.firstPublicKeyURL.path)
+                        ? try KeyStore.verifyingKey(at: store.firstPublicKeyURL) : try publicKey()
                 } catch { printError("Error: \(error)"); return 2 }
                 let from = try arguments.int("--from", default: 1, range: 1...Int.max)
                 let to = try arguments.int("--to", default: Int.max, range: 1...Int.max)
